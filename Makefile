@@ -1,0 +1,42 @@
+# Two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEVSTAMP := $(VENV)/.installed-dev
+
+.PHONY: run test lint typecheck pytest bench wasm-fixtures fuzz soak security-report clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(STAMP)
+
+$(DEVSTAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(DEVSTAMP)
+
+run: $(STAMP)
+	$(PY) -m suaveplan_sandbox.cli demo examples
+
+test: $(DEVSTAMP)
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m mypy
+	$(PY) -m pytest
+
+lint: $(DEVSTAMP)
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples
+
+typecheck: $(DEVSTAMP)
+	$(PY) -m mypy
+
+bench: $(DEVSTAMP)
+	$(PY) -m benchmarks
+
+wasm-fixtures: $(DEVSTAMP)
+	$(PY) tests/wasm/fixtures/build.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

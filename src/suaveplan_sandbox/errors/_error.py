@@ -1,0 +1,137 @@
+"""`SuaveplanError`: the one exception type, and its plain-data wire form."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from suaveplan_sandbox.errors._registry import is_registered
+
+# A cause chain deeper than this from the wire is cut: a guest cannot make the host recurse.
+MAX_CAUSE_DEPTH: Final = 16
+_MAX_MESSAGE: Final = 4096
+_MAX_DETAIL_ITEMS: Final = 64
+
+WireValue = None | bool | int | float | str | list["WireValue"] | dict[str, "WireValue"]
+
+
+class SuaveplanError(Exception):
+    """An error with a registered `code`, a human `message`, plain-data `details` and a `cause`.
+
+    `details` must be plain data (str, int, float, bool, None, lists and str-keyed dicts of
+    those) so that the error can cross a process boundary unchanged. Subclasses are not used
+    for dispatch: match on `code`.
+    """
+
+    code: str
+    message: str
+    details: dict[str, WireValue]
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        details: Mapping[str, WireValue] | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        if not is_registered(code):
+            raise ValueError(f"unregistered error code {code!r}; register it with define_codes")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = dict(details or {})
+        if cause is not None:
+            self.__cause__ = cause
+
+    @property
+    def cause(self) -> BaseException | None:
+        return self.__cause__
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def __repr__(self) -> str:
+        return f"SuaveplanError(code={self.code!r}, message={self.message!r}, details={self.details!r})"
+
+    def to_wire(self) -> dict[str, WireValue]:
+        """Plain data for msgpack/JSON: code, message, details and the cause chain."""
+        return _to_wire(self, 0)
+
+    @classmethod
+    def from_wire(cls, data: object) -> SuaveplanError:
+        """Rebuild an error from `to_wire()` data received from an untrusted peer.
+
+        Never raises for malformed input: anything unexpected becomes `SAND_WIRE_ERROR`, and an
+        unknown code becomes `SAND_UNKNOWN_ERROR` with the original kept in details. No class
+        named by the peer is ever instantiated.
+        """
+        return _from_wire(data, 0)
+
+
+def _to_wire(exc: BaseException, depth: int) -> dict[str, WireValue]:
+    if isinstance(exc, SuaveplanError):
+        out: dict[str, WireValue] = {
+            "code": exc.code,
+            "message": exc.message,
+            "details": _plain(exc.details, 0),
+        }
+    else:
+        out = {
+            "code": "SAND_UNKNOWN_ERROR",
+            "message": f"{type(exc).__name__}",
+            "details": {"type": type(exc).__name__},
+        }
+    cause = exc.__cause__
+    if cause is not None and depth + 1 < MAX_CAUSE_DEPTH:
+        out["cause"] = _to_wire(cause, depth + 1)
+    return out
+
+
+def _plain(value: object, depth: int) -> WireValue:
+    """Coerce to wire-safe plain data (bounded), so a bad details dict cannot break encoding."""
+    if depth > 8:
+        return None
+    if value is None or isinstance(value, bool | int | float):
+        return value  # type: ignore[return-value]
+    if isinstance(value, str):
+        return value[:_MAX_MESSAGE]
+    if isinstance(value, list | tuple):
+        return [_plain(v, depth + 1) for v in list(value)[:_MAX_DETAIL_ITEMS]]
+    if isinstance(value, dict):
+        return {
+            str(k)[:256]: _plain(v, depth + 1)
+            for k, v in list(value.items())[:_MAX_DETAIL_ITEMS]
+        }
+    return type(value).__name__
+
+
+def _malformed(what: str) -> SuaveplanError:
+    return SuaveplanError("SAND_WIRE_ERROR", f"malformed error on the wire: {what}")
+
+
+def _from_wire(data: object, depth: int) -> SuaveplanError:
+    if not isinstance(data, dict):
+        return _malformed("not a map")
+    code = data.get("code")
+    message = data.get("message")
+    details = data.get("details", {})
+    if not isinstance(code, str) or not isinstance(message, str):
+        return _malformed("code and message must be strings")
+    if not isinstance(details, dict):
+        return _malformed("details must be a map")
+    plain_details = _plain(details, 0)
+    assert isinstance(plain_details, dict)
+    message = message[:_MAX_MESSAGE]
+    if not is_registered(code):
+        plain_details = {**plain_details, "original_code": code[:128]}
+        code = "SAND_UNKNOWN_ERROR"
+    err = SuaveplanError(code, message, plain_details)
+    cause = data.get("cause")
+    if cause is not None and depth + 1 < MAX_CAUSE_DEPTH:
+        err.__cause__ = _from_wire(cause, depth + 1)
+    return err
+
+
+def error_from_wire(data: Any) -> SuaveplanError:
+    """Functional spelling of `SuaveplanError.from_wire`."""
+    return SuaveplanError.from_wire(data)

@@ -1,0 +1,440 @@
+"""The one choke point: every guest capability request, from any host, goes through `dispatch`.
+
+Theory of operation: `dispatch(capability, operation, args)` validates the operation against
+a closed table, asks the `PermissionChecker` (which counts every denial), and only on `Allow`
+calls the adapter with the checker's normalised target. Adapter failures are translated here
+into coded errors that carry no host detail outward; the full detail goes to the audit sink and
+the `logging` module. `close()` cancels every in-flight adapter call and makes later dispatches
+fail with `SAND_CANCELLED`; it is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, final
+
+from suaveplan_sandbox.adapters._protocols import (
+    Adapters,
+    AuditRecord,
+    AuditSink,
+    EventHandler,
+    HttpRequest,
+    HttpResponse,
+    QueryResult,
+    Subscription,
+)
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.metrics import CAPABILITY_CALLS
+from suaveplan_sandbox.permissions._clock import Clock, MonotonicClock
+from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
+
+if TYPE_CHECKING:
+    from suaveplan_sandbox.permissions._checker import PermissionChecker
+
+_log = logging.getLogger("suaveplan_sandbox.gateway")
+
+DEFAULT_MAX_READ_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_MAX_WRITE_BYTES: Final = 16 * 1024 * 1024
+_MAX_HEADERS: Final = 128
+_MAX_PARAMS: Final = 999
+_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+# (capability, operation) -> fs mode. The table is the allowlist: anything else is denied.
+_OPERATIONS: Final = frozenset(
+    {
+        ("fs", "read_bytes"),
+        ("fs", "write_bytes"),
+        ("fs", "list_dir"),
+        ("fs", "exists"),
+        ("fetch", "request"),
+        ("fetch", "connect"),
+        ("db", "query"),
+        ("secrets", "get"),
+        ("events", "publish"),
+        ("events", "subscribe"),
+    }
+)
+
+DenialListener = Callable[[Deny, str, str], None]
+
+
+class _Malformed(Exception):
+    """Internal: the request's arguments have the wrong shape."""
+
+
+@final
+class Gateway:
+    """Checker first, adapter only on Allow. One instance per sandbox."""
+
+    def __init__(
+        self,
+        *,
+        checker: PermissionChecker,
+        adapters: Adapters,
+        audit: AuditSink | None = None,
+        clock: Clock | None = None,
+        max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+        max_write_bytes: int = DEFAULT_MAX_WRITE_BYTES,
+        on_denial: DenialListener | None = None,
+    ) -> None:
+        self._checker = checker
+        self._adapters = adapters
+        self._audit = audit
+        self._clock = clock or MonotonicClock()
+        self._max_read = max_read_bytes
+        self._max_write = max_write_bytes
+        self._on_denial = on_denial
+        self._inflight: set[asyncio.Future[object]] = set()
+        self._subscriptions: list[Subscription] = []
+        self._closed = False
+
+    @property
+    def checker(self) -> PermissionChecker:
+        return self._checker
+
+    @property
+    def plugin(self) -> str:
+        return self._checker.plugin
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    async def dispatch(
+        self,
+        capability: object,
+        operation: object,
+        args: object,
+        *,
+        handler: EventHandler | None = None,
+    ) -> object:
+        """Run one capability request. Returns plain data (or a socket for `fetch.connect`).
+
+        Raises `SuaveplanError`: `SAND_PERM_DENIED` on deny, `SAND_ADAPTER_MISSING`,
+        `SAND_ADAPTER_FAILED`, `SAND_CANCELLED`, or a coded error the adapter raised itself.
+        """
+        if self._closed:
+            raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
+        started = self._clock.now()
+        cap = capability if isinstance(capability, str) else "unknown"
+        op = operation if isinstance(operation, str) else "unknown"
+        if (cap, op) not in _OPERATIONS or not isinstance(args, Mapping):
+            reason = (
+                DenyReason.UNKNOWN_CAPABILITY
+                if cap not in {c for c, _ in _OPERATIONS}
+                else DenyReason.MALFORMED_PAYLOAD
+            )
+            self._denied(self._checker.deny(cap, reason), cap, op, started)
+        assert isinstance(args, Mapping)
+        try:
+            decision, call = self._decide(cap, op, args, handler)
+        except _Malformed:
+            decision, call = self._checker.deny(cap, DenyReason.MALFORMED_PAYLOAD), None
+        if isinstance(decision, Deny):
+            self._denied(decision, cap, op, started)
+        assert call is not None
+        try:
+            result = await self._run(call)
+        except SuaveplanError as exc:
+            self._finish(cap, op, decision, started, outcome="error", code=exc.code)
+            raise
+        except Exception as exc:
+            _log.warning("adapter %s.%s failed for plugin %s", cap, op, self.plugin, exc_info=exc)
+            self._finish(cap, op, decision, started, outcome="error", code="SAND_ADAPTER_FAILED")
+            raise SuaveplanError(
+                "SAND_ADAPTER_FAILED",
+                f"the host's {cap} adapter failed",
+                {"capability": cap, "operation": op},
+            ) from None
+        self._finish(cap, op, decision, started, outcome="ok", code=None)
+        return result
+
+    async def close(self) -> None:
+        """Cancel in-flight adapter calls and drop subscriptions. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for fut in list(self._inflight):
+            fut.cancel()
+        subs, self._subscriptions = self._subscriptions, []
+        for sub in subs:
+            try:
+                await sub.close()
+            except Exception:  # noqa: BLE001 — closing must not fail dispose
+                _log.warning("closing a subscription failed", exc_info=True)
+
+    def close_nowait(self) -> None:
+        """Synchronous close for blocking facades: cancels in-flight calls."""
+        self._closed = True
+        for fut in list(self._inflight):
+            fut.cancel()
+
+    # -- internals -------------------------------------------------------------------------
+
+    async def _run(self, call: Callable[[], Awaitable[object]]) -> object:
+        fut: asyncio.Future[object] = asyncio.ensure_future(call())
+        self._inflight.add(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if self._closed:
+                raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed") from None
+            raise
+        finally:
+            self._inflight.discard(fut)
+
+    def _denied(self, deny: Deny, cap: str, op: str, started: float) -> None:
+        self._finish(cap, op, deny, started, outcome="deny", code="SAND_PERM_DENIED")
+        if self._on_denial is not None:
+            self._on_denial(deny, cap, op)
+        deny.raise_for_denial()
+
+    def _finish(
+        self,
+        cap: str,
+        op: str,
+        decision: Allow | Deny,
+        started: float,
+        *,
+        outcome: str,
+        code: str | None,
+    ) -> None:
+        self._checker.metrics.inc(
+            CAPABILITY_CALLS.name,
+            {"plugin": self.plugin, "capability": cap, "outcome": outcome},
+        )
+        if self._audit is None:
+            return
+        allowed = isinstance(decision, Allow)
+        self._audit.record(
+            AuditRecord(
+                plugin=self.plugin,
+                capability=cap,
+                operation=op,
+                allowed=allowed,
+                reason=None if isinstance(decision, Allow) else decision.reason.value,
+                rule=decision.rule if isinstance(decision, Allow) else None,
+                duration_ms=(self._clock.now() - started) * 1000.0,
+                resource=decision.target if isinstance(decision, Allow) else None,
+                outcome=outcome if code is None else f"{outcome}:{code}",
+            )
+        )
+
+    def _adapter(self, cap: str) -> object:
+        adapter = getattr(self._adapters, cap)
+        if adapter is None:
+            raise SuaveplanError(
+                "SAND_ADAPTER_MISSING",
+                f"the host provides no {cap} adapter",
+                {"capability": cap},
+            )
+        return adapter
+
+    def _decide(
+        self,
+        cap: str,
+        op: str,
+        args: Mapping[object, object],
+        handler: EventHandler | None,
+    ) -> tuple[Allow | Deny, Callable[[], Awaitable[object]] | None]:
+        checker = self._checker
+        if cap == "fs":
+            mode = "write" if op == "write_bytes" else "read"
+            fs_decision = checker.check_fs(args.get("path"), mode)
+            if isinstance(fs_decision, Deny):
+                return fs_decision, None
+            return fs_decision, self._fs_call(op, fs_decision, args)
+        if cap == "fetch":
+            if op == "connect":
+                host, port = args.get("host"), args.get("port")
+                net_decision = checker.check_connect(host, port)
+                if isinstance(net_decision, Deny):
+                    return net_decision, None
+                assert isinstance(host, str)
+                assert isinstance(port, int)
+                return net_decision, self._connect_call(host, port, net_decision)
+            url_decision = checker.check_fetch(args.get("url"))
+            if isinstance(url_decision, Deny):
+                return url_decision, None
+            return url_decision, self._fetch_call(url_decision, args)
+        if cap == "db":
+            sql, params = args.get("sql"), args.get("params", [])
+            db_decision = checker.check_capability("db", {"sql": sql, "params": params})
+            if isinstance(db_decision, Deny):
+                return db_decision, None
+            return db_decision, self._db_call(db_decision, params)
+        if cap == "secrets":
+            name = args.get("name")
+            s_decision = checker.check_capability("secrets", {"name": name})
+            if isinstance(s_decision, Deny):
+                return s_decision, None
+            assert isinstance(name, str)
+            return s_decision, self._secret_call(name)
+        # events
+        topic = args.get("topic")
+        e_decision = checker.check_capability("events", {"action": op, "topic": topic})
+        if isinstance(e_decision, Deny):
+            return e_decision, None
+        assert isinstance(topic, str)
+        if op == "publish":
+            payload = args.get("payload")
+            return e_decision, self._publish_call(topic, payload)
+        if handler is None:
+            raise _Malformed
+        return e_decision, self._subscribe_call(topic, handler)
+
+    def _fs_call(
+        self, op: str, decision: Allow, args: Mapping[object, object]
+    ) -> Callable[[], Awaitable[object]]:
+        path = decision.target or ""
+        if op == "write_bytes":
+            data = args.get("data")
+            if isinstance(data, bytearray | memoryview):
+                data = bytes(data)
+            if not isinstance(data, bytes):
+                raise _Malformed
+            if len(data) > self._max_write:
+                raise SuaveplanError(
+                    "SAND_FS_TOO_LARGE", "write exceeds the size limit", {"limit": self._max_write}
+                )
+            payload = data
+
+            async def write() -> object:
+                fs = self._adapter("fs")
+                await fs.write_bytes(path, payload)  # type: ignore[attr-defined]
+                return None
+
+            return write
+        if op == "read_bytes":
+            limit = args.get("max_bytes", self._max_read)
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                raise _Malformed
+            limit = min(limit, self._max_read)
+
+            async def read() -> object:
+                fs = self._adapter("fs")
+                data: bytes = await fs.read_bytes(path, max_bytes=limit)  # type: ignore[attr-defined]
+                return data
+
+            return read
+
+        async def other() -> object:
+            fs = self._adapter("fs")
+            if op == "list_dir":
+                names: list[str] = await fs.list_dir(path)  # type: ignore[attr-defined]
+                return sorted(names)
+            found: bool = await fs.exists(path)  # type: ignore[attr-defined]
+            return found
+
+        return other
+
+    def _fetch_call(
+        self, decision: Allow, args: Mapping[object, object]
+    ) -> Callable[[], Awaitable[object]]:
+        method = args.get("method", "GET")
+        headers = args.get("headers", [])
+        body = args.get("body", b"")
+        if not isinstance(method, str) or method.upper() not in _METHODS:
+            raise _Malformed
+        if isinstance(headers, Mapping):
+            headers = list(headers.items())
+        if not isinstance(headers, list | tuple) or len(headers) > _MAX_HEADERS:
+            raise _Malformed
+        pairs: list[tuple[str, str]] = []
+        for item in headers:
+            if (
+                not isinstance(item, list | tuple)
+                or len(item) != 2
+                or not all(isinstance(v, str) for v in item)
+            ):
+                raise _Malformed
+            pairs.append((item[0], item[1]))
+        if isinstance(body, str):
+            body = body.encode()
+        if not isinstance(body, bytes):
+            raise _Malformed
+        request = HttpRequest(
+            url=decision.target or "",
+            method=method.upper(),
+            headers=tuple(pairs),
+            body=body,
+            rule=decision.rule or "",
+        )
+
+        async def fetch() -> object:
+            adapter = self._adapter("fetch")
+            response: HttpResponse = await adapter.request(request)  # type: ignore[attr-defined]
+            return {
+                "status": response.status,
+                "headers": [list(h) for h in response.headers],
+                "body": response.body,
+            }
+
+        return fetch
+
+    def _connect_call(
+        self, host: str, port: int, decision: Allow
+    ) -> Callable[[], Awaitable[object]]:
+        async def connect() -> object:
+            adapter = self._adapter("fetch")
+            sock: socket.socket = await adapter.connect(  # type: ignore[attr-defined]
+                host, port, rule=decision.rule or ""
+            )
+            return sock
+
+        return connect
+
+    def _db_call(self, decision: Allow, params: object) -> Callable[[], Awaitable[object]]:
+        if isinstance(params, tuple):
+            params = list(params)
+        if not isinstance(params, list) or len(params) > _MAX_PARAMS:
+            raise _Malformed
+        bound: Sequence[WireValue] = list(params)
+        sql = decision.target or ""
+
+        async def query() -> object:
+            adapter = self._adapter("db")
+            result: QueryResult = await adapter.query(sql, bound)  # type: ignore[attr-defined]
+            return {
+                "columns": list(result.columns),
+                "rows": [list(r) for r in result.rows],
+                "rowcount": result.rowcount,
+            }
+
+        return query
+
+    def _secret_call(self, name: str) -> Callable[[], Awaitable[object]]:
+        async def get() -> object:
+            adapter = self._adapter("secrets")
+            value: str = await adapter.get(name)  # type: ignore[attr-defined]
+            return value
+
+        return get
+
+    def _publish_call(self, topic: str, payload: object) -> Callable[[], Awaitable[object]]:
+        async def publish() -> object:
+            adapter = self._adapter("events")
+            await adapter.publish(self.plugin, topic, payload)  # type: ignore[attr-defined]
+            return None
+
+        return publish
+
+    def _subscribe_call(
+        self, topic: str, handler: EventHandler
+    ) -> Callable[[], Awaitable[object]]:
+        async def subscribe() -> object:
+            adapter = self._adapter("events")
+            sub: Subscription = await adapter.subscribe(  # type: ignore[attr-defined]
+                self.plugin, topic, handler
+            )
+            self._subscriptions.append(sub)
+            return None
+
+        return subscribe

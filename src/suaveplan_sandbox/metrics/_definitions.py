@@ -1,0 +1,48 @@
+"""The metrics this library emits. `docs/reference/metrics.md` is generated from this table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, final
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricDefinition:
+    name: str
+    labels: tuple[str, ...]
+    description: str
+
+    @property
+    def prometheus_name(self) -> str:
+        return self.name.replace(".", "_")
+
+
+PERMISSION_DENIED: Final = MetricDefinition(
+    name="plugin.permission_denied_total",
+    labels=("plugin", "capability", "reason"),
+    description="Capability requests denied by the permission checker.",
+)
+BUDGET_EXCEEDED: Final = MetricDefinition(
+    name="plugin.budget_exceeded_total",
+    labels=("plugin", "budget"),
+    description="Budget breaches (one per dimension per guest run); the guest is ended.",
+)
+CAPABILITY_CALLS: Final = MetricDefinition(
+    name="plugin.capability_calls_total",
+    labels=("plugin", "capability", "outcome"),
+    description="Capability requests that reached the gateway, by outcome (allow, deny, error).",
+)
+WORKER_CRASHED: Final = MetricDefinition(
+    name="plugin.worker_crashed_total",
+    labels=("plugin", "cause"),
+    description="Guest workers that died or broke protocol.",
+)
+
+METRICS: Final[tuple[MetricDefinition, ...]] = (
+    PERMISSION_DENIED,
+    BUDGET_EXCEEDED,
+    CAPABILITY_CALLS,
+    WORKER_CRASHED,
+)
+METRICS_BY_NAME: Final = {m.name: m for m in METRICS}

@@ -1,0 +1,39 @@
+"""A sink on a `prometheus_client` registry (`plugin.permission_denied_total` is exposed as
+`plugin_permission_denied_total`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import final
+
+from prometheus_client import CollectorRegistry, Counter
+
+from suaveplan_sandbox.metrics._definitions import METRICS
+from suaveplan_sandbox.metrics._sink import definition_for
+
+
+@final
+class PrometheusMetrics:
+    """Creates one `Counter` per registered metric on `registry` (the default registry if None)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import REGISTRY
+
+        self.registry = registry if registry is not None else REGISTRY
+        self._lock = threading.Lock()
+        self._counters: dict[str, Counter] = {}
+        for definition in METRICS:
+            # prometheus_client appends `_total` itself; give it the stem.
+            stem = definition.prometheus_name.removesuffix("_total")
+            self._counters[definition.name] = Counter(
+                stem,
+                definition.description,
+                labelnames=definition.labels,
+                registry=self.registry,
+            )
+
+    def inc(self, name: str, labels: Mapping[str, str], amount: float = 1.0) -> None:
+        definition = definition_for(name, labels)
+        counter = self._counters[definition.name]
+        counter.labels(**{k: labels[k] for k in definition.labels}).inc(amount)
