@@ -51,7 +51,10 @@ class SuaveplanError(Exception):
         return f"[{self.code}] {self.message}"
 
     def __repr__(self) -> str:
-        return f"SuaveplanError(code={self.code!r}, message={self.message!r}, details={self.details!r})"
+        return (
+            f"SuaveplanError(code={self.code!r}, message={self.message!r}, "
+            f"details={self.details!r})"
+        )
 
     def to_wire(self) -> dict[str, WireValue]:
         """Plain data for msgpack/JSON: code, message, details and the cause chain."""

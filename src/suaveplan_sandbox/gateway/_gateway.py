@@ -167,7 +167,7 @@ class Gateway:
         for sub in subs:
             try:
                 await sub.close()
-            except Exception:  # noqa: BLE001 — closing must not fail dispose
+            except Exception:
                 _log.warning("closing a subscription failed", exc_info=True)
 
     def close_nowait(self) -> None:

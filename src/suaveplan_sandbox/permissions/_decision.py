@@ -22,7 +22,7 @@ class DenyReason(enum.StrEnum):
     INVALID_URL = "invalid-url"
     TABLE_OUT_OF_SCOPE = "table-out-of-scope"
     STATEMENT_NOT_PERMITTED = "statement-not-permitted"
-    SECRET_NOT_DECLARED = "secret-not-declared"
+    SECRET_NOT_DECLARED = "secret-not-declared"  # noqa: S105 — a reason label, not a secret
     EVENT_NOT_DECLARED = "event-not-declared"
     UNKNOWN_CAPABILITY = "unknown-capability"
     MALFORMED_PAYLOAD = "malformed-payload"
