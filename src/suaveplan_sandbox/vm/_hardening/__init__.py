@@ -1,0 +1,21 @@
+"""Process hardening applied inside a freshly forked worker before any plugin code runs."""
+
+from suaveplan_sandbox.vm._hardening._apply import (
+    LAYERS,
+    HardeningPlan,
+    HardeningReport,
+    RlimitSettings,
+    apply_hardening,
+    prepare_hardening,
+    probe_hardening,
+)
+
+__all__ = [
+    "LAYERS",
+    "HardeningPlan",
+    "HardeningReport",
+    "RlimitSettings",
+    "apply_hardening",
+    "prepare_hardening",
+    "probe_hardening",
+]

@@ -1,0 +1,416 @@
+"""Hardening layers for a forked worker: fds, env, rlimits, no_new_privs, Landlock, seccomp.
+
+Hand-written raw syscalls via ctypes, because the PyPI `landlock` package is a pre-release
+(1.0.0.dev5), `pyseccomp` is unmaintained since 2021, and libseccomp's Python bindings are
+not on PyPI. x86_64 Linux only; on anything else the kernel layers are reported missing.
+
+Threads: seccomp allows `clone` only with CLONE_THREAD, so threads work and processes do not;
+`clone3` returns ENOSYS so glibc falls back to `clone`. Note RLIMIT_NPROC=0 (the default)
+also blocks thread creation for a non-root worker; root ignores it. Signals to other
+processes are blocked by Landlock scoped signals when the ABI is >= 6.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import resource
+import struct
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Final, final
+
+from suaveplan_sandbox.errors import SuaveplanError
+
+LAYERS: Final = ("fds", "env", "rlimits", "no_new_privs", "landlock_fs", "landlock_net", "seccomp")
+
+_SYS_LANDLOCK_CREATE_RULESET: Final = 444
+_SYS_LANDLOCK_RESTRICT_SELF: Final = 446
+_LANDLOCK_CREATE_RULESET_VERSION: Final = 1
+_PR_SET_NO_NEW_PRIVS: Final = 38
+_PR_SET_SECCOMP: Final = 22
+_SECCOMP_MODE_FILTER: Final = 2
+
+_AUDIT_ARCH_X86_64: Final = 0xC000003E
+_RET_KILL_PROCESS: Final = 0x80000000
+_RET_ERRNO: Final = 0x00050000
+_RET_ALLOW: Final = 0x7FFF0000
+_CLONE_THREAD: Final = 0x00010000
+_X32_BIT: Final = 0x40000000
+_NR_CLONE: Final = 56
+_NR_CLONE3: Final = 435
+
+# x86_64 numbers of the syscalls that return EPERM.
+_DENIED_SYSCALLS: Final = (
+    59,
+    322,
+    57,
+    58,  # execve execveat fork vfork
+    41,
+    53,
+    42,
+    49,
+    50,
+    43,
+    288,  # socket socketpair connect bind listen accept accept4
+    101,
+    310,
+    311,
+    438,  # ptrace process_vm_readv/writev pidfd_getfd
+    272,
+    308,
+    165,
+    166,
+    155,
+    161,  # unshare setns mount umount2 pivot_root chroot
+    428,
+    429,
+    430,
+    431,
+    432,
+    433,
+    442,  # new mount API, mount_setattr
+    321,
+    250,
+    248,
+    249,
+    298,  # bpf keyctl add_key request_key perf_event_open
+    246,
+    320,
+    175,
+    313,
+    176,  # kexec_load kexec_file_load init/finit/delete_module
+    323,
+    425,
+    426,
+    427,
+    304,
+    303,  # userfaultfd io_uring_* open_by_handle_at name_to_handle_at
+    135,
+    169,
+    167,
+    168,
+    163,
+    179,  # personality reboot swapon swapoff acct quotactl
+)
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+_LD_ABS: Final = 0x20
+_JEQ: Final = 0x15
+_JGE: Final = 0x35
+_JSET: Final = 0x45
+_RET: Final = 0x06
+
+
+def build_seccomp_program() -> bytes:
+    """The BPF filter as raw `sock_filter` bytes (8 bytes an instruction)."""
+    eperm = _RET_ERRNO | errno.EPERM
+    prog = [
+        _insn(_LD_ABS, 0, 0, 4),  # arch
+        _insn(_JEQ, 1, 0, _AUDIT_ARCH_X86_64),
+        _insn(_RET, 0, 0, _RET_KILL_PROCESS),
+        _insn(_LD_ABS, 0, 0, 0),  # nr
+        _insn(_JGE, 0, 1, _X32_BIT),
+        _insn(_RET, 0, 0, eperm),
+        _insn(_JEQ, 0, 4, _NR_CLONE),
+        _insn(_LD_ABS, 0, 0, 16),  # args[0] low word: clone flags
+        _insn(_JSET, 0, 1, _CLONE_THREAD),
+        _insn(_RET, 0, 0, _RET_ALLOW),
+        _insn(_RET, 0, 0, eperm),
+        _insn(_JEQ, 0, 1, _NR_CLONE3),
+        _insn(_RET, 0, 0, _RET_ERRNO | errno.ENOSYS),
+    ]
+    for nr in _DENIED_SYSCALLS:
+        prog.append(_insn(_JEQ, 0, 1, nr))
+        prog.append(_insn(_RET, 0, 0, eperm))
+    prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
+    return b"".join(prog)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RlimitSettings:
+    """Backstop rlimits; `None` means leave that limit unlimited."""
+
+    address_space_bytes: int | None
+    cpu_seconds: int | None
+    open_files: int = 64
+    file_size_bytes: int = 0
+    processes: int = 0
+    core_bytes: int = 0
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardeningPlan:
+    """Everything probed and built once in the fork server, so a fork pays neither."""
+
+    rlimits: RlimitSettings
+    landlock_abi: int | None
+    landlock_why: str
+    seccomp_program: bytes | None
+    seccomp_why: str
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardeningReport:
+    """Which layers took effect, which did not and why, and the Landlock ABI used."""
+
+    active: tuple[str, ...]
+    missing: dict[str, str]
+    landlock_abi: int | None
+
+    def __post_init__(self) -> None:
+        for name in (*self.active, *self.missing):
+            if name not in LAYERS:
+                raise ValueError(f"unknown hardening layer {name!r}")
+        if set(self.active) & set(self.missing):
+            raise ValueError("a layer cannot be both active and missing")
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "active": list(self.active),
+            "missing": dict(self.missing),
+            "landlock_abi": self.landlock_abi,
+        }
+
+    @classmethod
+    def from_wire(cls, data: object) -> HardeningReport:
+        if not isinstance(data, dict):
+            raise ValueError("hardening report must be a mapping")
+        active = data.get("active")
+        missing = data.get("missing")
+        abi = data.get("landlock_abi")
+        if not isinstance(active, list) or not all(isinstance(a, str) for a in active):
+            raise ValueError("active must be a list of str")
+        if not isinstance(missing, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in missing.items()
+        ):
+            raise ValueError("missing must map str to str")
+        if abi is not None and (not isinstance(abi, int) or isinstance(abi, bool)):
+            raise ValueError("landlock_abi must be an int or None")
+        return cls(active=tuple(active), missing=dict(missing), landlock_abi=abi)
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _landlock_abi() -> tuple[int | None, str]:
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return None, "not linux x86_64"
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    abi = int(
+        libc.syscall(
+            ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+            None,
+            ctypes.c_size_t(0),
+            ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+        )
+    )
+    if abi < 0:
+        return None, f"landlock unavailable: {os.strerror(ctypes.get_errno())}"
+    return abi, "ok"
+
+
+def prepare_hardening(
+    rlimits: RlimitSettings, *, _force_unavailable: Collection[str] = ()
+) -> HardeningPlan:
+    """Probe Landlock and build the seccomp program; call once, before forking.
+
+    `_force_unavailable` is test-only: the named layers are treated as unsupported.
+    """
+    for name in _force_unavailable:
+        if name not in LAYERS:
+            raise ValueError(f"unknown hardening layer {name!r}")
+    abi, why = _landlock_abi()
+    seccomp_ok = platform.system() == "Linux" and platform.machine() == "x86_64"
+    return HardeningPlan(
+        rlimits=rlimits,
+        landlock_abi=abi,
+        landlock_why=why,
+        seccomp_program=build_seccomp_program() if seccomp_ok else None,
+        seccomp_why="ok" if seccomp_ok else "not linux x86_64",
+        unavailable={name: "forced unavailable (test)" for name in _force_unavailable},
+    )
+
+
+def probe_hardening() -> dict[str, str]:
+    """Which layers this machine supports: "ok" or why not. No side effects."""
+    plan = prepare_hardening(RlimitSettings(address_space_bytes=None, cpu_seconds=None))
+    result = {name: "ok" for name in LAYERS}
+    if plan.landlock_abi is None:
+        result["landlock_fs"] = result["landlock_net"] = plan.landlock_why
+    elif plan.landlock_abi < 4:
+        result["landlock_net"] = f"landlock ABI {plan.landlock_abi} < 4"
+    if plan.seccomp_program is None:
+        result["seccomp"] = plan.seccomp_why
+    return result
+
+
+class _LayerFailed(Exception):
+    pass
+
+
+def _close_fds(keep: Collection[int]) -> None:
+    low = 0
+    for fd in sorted({k for k in keep if k >= 0}):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 2**31 - 1)
+
+
+def _clear_env() -> None:
+    os.environ.clear()
+    if _libc().clearenv() != 0:
+        raise _LayerFailed("clearenv failed")
+
+
+def _set_rlimits(r: RlimitSettings) -> None:
+    inf = resource.RLIM_INFINITY
+    limits = (
+        (resource.RLIMIT_AS, inf if r.address_space_bytes is None else r.address_space_bytes),
+        (resource.RLIMIT_CPU, inf if r.cpu_seconds is None else r.cpu_seconds),
+        (resource.RLIMIT_NOFILE, r.open_files),
+        (resource.RLIMIT_FSIZE, r.file_size_bytes),
+        (resource.RLIMIT_NPROC, r.processes),
+        (resource.RLIMIT_CORE, r.core_bytes),
+    )
+    for which, value in limits:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (OSError, ValueError) as exc:
+            raise _LayerFailed(f"setrlimit {which}: {exc}") from exc
+
+
+def _prctl(option: int, arg2: int, arg3: int | ctypes.c_void_p = 0) -> None:
+    libc = _libc()
+    if libc.prctl(option, ctypes.c_ulong(arg2), arg3, ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        raise _LayerFailed(f"prctl({option}): {os.strerror(ctypes.get_errno())}")
+
+
+def _landlock(abi: int, net: bool) -> None:
+    fs = (1 << 13) - 1
+    if abi >= 2:
+        fs |= 1 << 13  # REFER
+    if abi >= 3:
+        fs |= 1 << 14  # TRUNCATE
+    if abi >= 5:
+        fs |= 1 << 15  # IOCTL_DEV
+    handled_net = 0b11 if net and abi >= 4 else 0  # BIND_TCP | CONNECT_TCP
+    scoped = 0b11 if abi >= 6 else 0  # ABSTRACT_UNIX_SOCKET | SIGNAL
+    attr = struct.pack("=QQQ", fs, handled_net, scoped)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    fd = int(
+        libc.syscall(
+            ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+            buf,
+            ctypes.c_size_t(size),
+            ctypes.c_uint32(0),
+        )
+    )
+    if fd < 0:
+        raise _LayerFailed(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
+    try:
+        rc = int(
+            libc.syscall(
+                ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)
+            )
+        )
+        if rc != 0:
+            raise _LayerFailed(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def _seccomp(program: bytes) -> None:
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    libc = _libc()
+    rc = libc.prctl(
+        _PR_SET_SECCOMP,
+        ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+        ctypes.byref(prog),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    )
+    if rc != 0:
+        raise _LayerFailed(f"seccomp: {os.strerror(ctypes.get_errno())}")
+
+
+def apply_hardening(
+    plan: HardeningPlan,
+    *,
+    keep_fds: Collection[int],
+    rlimits: RlimitSettings | None = None,
+    require: Collection[str] = (),
+) -> HardeningReport:
+    """Apply every layer in LAYERS order, in the forked child; irreversible.
+
+    A layer in `require` that cannot be applied raises SAND_VM_HARDENING_UNAVAILABLE
+    (fail closed); any other is reported in `missing`.
+    """
+    for name in require:
+        if name not in LAYERS:
+            raise ValueError(f"unknown hardening layer {name!r}")
+    active: list[str] = []
+    missing: dict[str, str] = {}
+    abi = plan.landlock_abi
+
+    def run(name: str, unsupported: str | None, action: object) -> None:
+        why = plan.unavailable.get(name, unsupported)
+        if why is None:
+            try:
+                assert callable(action)
+                action()
+            except (_LayerFailed, OSError) as exc:
+                why = str(exc)
+            else:
+                active.append(name)
+                return
+        if name in require:
+            raise SuaveplanError(
+                "SAND_VM_HARDENING_UNAVAILABLE",
+                f"required hardening layer {name} is unavailable",
+                {"layer": name, "why": why},
+            )
+        missing[name] = why
+
+    run("fds", None, lambda: _close_fds(keep_fds))
+    run("env", None, _clear_env)
+    run("rlimits", None, lambda: _set_rlimits(rlimits or plan.rlimits))
+    run("no_new_privs", None, lambda: _prctl(_PR_SET_NO_NEW_PRIVS, 1))
+    net_ok = abi is not None and abi >= 4 and "landlock_net" not in plan.unavailable
+    if abi is None:
+        fs_why: str | None = plan.landlock_why
+    elif "no_new_privs" not in active:
+        fs_why = "needs no_new_privs"
+    else:
+        fs_why = None
+    run("landlock_fs", fs_why, lambda: _landlock(abi or 0, net_ok))
+    if abi is not None and abi < 4:
+        net_why: str | None = f"landlock ABI {abi} < 4"
+    elif "landlock_fs" not in active:
+        net_why = missing.get("landlock_fs", plan.landlock_why)
+    else:
+        net_why = None
+    run("landlock_net", net_why if net_ok or net_why else "forced", lambda: None)
+    sec_why = plan.seccomp_why if plan.seccomp_program is None else None
+    run("seccomp", sec_why, lambda: _seccomp(plan.seccomp_program or b""))
+    return HardeningReport(active=tuple(active), missing=missing, landlock_abi=abi)

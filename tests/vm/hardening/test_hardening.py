@@ -1,0 +1,182 @@
+"""Each hardening layer blocks from inside a hardened, forked process."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import math
+import os
+import pickle
+import resource
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.vm._hardening import (
+    LAYERS,
+    HardeningReport,
+    RlimitSettings,
+    apply_hardening,
+    prepare_hardening,
+    probe_hardening,
+)
+
+_LIMITS = RlimitSettings(address_space_bytes=None, cpu_seconds=30)
+
+
+def _errno_of(fn: Callable[[], object]) -> int | str:
+    try:
+        fn()
+    except OSError as exc:
+        return exc.errno or -1
+    return "ok"
+
+
+def _in_hardened_child(
+    body: Callable[[HardeningReport], dict[str, object]],
+    force: frozenset[str] = frozenset(),
+    require: tuple[str, ...] = (),
+) -> dict[str, object]:
+    plan = prepare_hardening(_LIMITS, _force_unavailable=force)
+    canary = os.open(os.devnull, os.O_RDONLY)
+    r, w = os.pipe()
+    os.environ["SUAVE_CANARY"] = "1"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 0
+        try:
+            os.close(r)
+            out: dict[str, object]
+            try:
+                report = apply_hardening(plan, keep_fds=[w], require=require)
+                out = {"report": report.to_wire(), "canary": canary, **body(report)}
+            except SuaveplanError as exc:
+                out = {"error": exc.code, "details": dict(exc.details)}
+            os.write(w, pickle.dumps(out))
+        except BaseException:
+            code = 1
+        os._exit(code)
+    os.close(w)
+    os.close(canary)
+    del os.environ["SUAVE_CANARY"]
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    result = pickle.loads(b"".join(chunks))
+    assert isinstance(result, dict)
+    return result
+
+
+def _probes(_: HardeningReport) -> dict[str, object]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.getenv.restype = ctypes.c_char_p
+    th_ran: list[int] = []
+    t = threading.Thread(target=lambda: th_ran.append(1))
+    t.start()
+    t.join()
+    return {
+        "exec": _errno_of(lambda: os.execv("/bin/true", ["/bin/true"])),
+        "fork": _errno_of(os.fork),
+        "inet": _errno_of(lambda: socket.socket(socket.AF_INET)),
+        "unix": _errno_of(lambda: socket.socket(socket.AF_UNIX)),
+        "read": _errno_of(lambda: open("/etc/hostname").close()),
+        "write": _errno_of(lambda: open("/tmp/suave-hardening-probe", "w").close()),
+        "environ": dict(os.environ),
+        "c_getenv": libc.getenv(b"SUAVE_CANARY"),
+        "canary_open": _errno_of(lambda: os.fstat(_canary_fd[0])),
+        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE),
+        "fsize": resource.getrlimit(resource.RLIMIT_FSIZE),
+        "nproc": resource.getrlimit(resource.RLIMIT_NPROC),
+        "core": resource.getrlimit(resource.RLIMIT_CORE),
+        "cpu": resource.getrlimit(resource.RLIMIT_CPU),
+        "nnp": libc.prctl(39, 0, 0, 0, 0),
+        "ptrace": libc.ptrace(16, os.getppid(), 0, 0) == -1 and ctypes.get_errno(),
+        "thread": th_ran,
+        "works": (json.dumps({"a": [1, 2]}), math.sqrt(16.0), len(bytearray(50_000_000))),
+    }
+
+
+_canary_fd = [-1]
+
+
+@pytest.fixture(scope="module")
+def hardened() -> dict[str, object]:
+    _canary_fd[0] = os.open(os.devnull, os.O_RDONLY)
+    try:
+        return _in_hardened_child(_probes)
+    finally:
+        os.close(_canary_fd[0])
+
+
+def test_every_layer_is_active_on_this_machine(hardened: dict[str, object]) -> None:
+    report = HardeningReport.from_wire(hardened["report"])
+    supported = {k for k, v in probe_hardening().items() if v == "ok"}
+    assert set(report.active) == supported
+    assert set(report.active) | set(report.missing) == set(LAYERS)
+
+
+def test_exec_fork_and_sockets_are_denied_by_seccomp(hardened: dict[str, object]) -> None:
+    assert hardened["exec"] == errno.EPERM
+    assert hardened["fork"] == errno.EPERM
+    assert hardened["inet"] == errno.EPERM
+    assert hardened["unix"] == errno.EPERM
+    assert hardened["ptrace"] == errno.EPERM
+
+
+def test_filesystem_reads_and_writes_are_denied_by_landlock(hardened: dict[str, object]) -> None:
+    assert hardened["read"] in (errno.EACCES, errno.EPERM)
+    assert hardened["write"] in (errno.EACCES, errno.EPERM)
+
+
+def test_environment_is_empty_in_python_and_c(hardened: dict[str, object]) -> None:
+    assert hardened["environ"] == {}
+    assert hardened["c_getenv"] is None
+
+
+def test_unkept_fds_are_closed(hardened: dict[str, object]) -> None:
+    assert hardened["canary_open"] == errno.EBADF
+
+
+def test_rlimits_and_no_new_privs_read_back(hardened: dict[str, object]) -> None:
+    assert hardened["nofile"] == (64, 64)
+    assert hardened["fsize"] == (0, 0)
+    assert hardened["nproc"] == (0, 0)
+    assert hardened["core"] == (0, 0)
+    assert hardened["cpu"] == (30, 30)
+    assert hardened["nnp"] == 1
+
+
+def test_threads_still_work_and_interpreter_is_usable(hardened: dict[str, object]) -> None:
+    # Root ignores RLIMIT_NPROC; seccomp allows clone with CLONE_THREAD.
+    assert hardened["thread"] == [1]
+    assert hardened["works"] == ('{"a": [1, 2]}', 4.0, 50_000_000)
+
+
+def test_missing_optional_layer_is_reported() -> None:
+    out = _in_hardened_child(lambda _: {}, force=frozenset({"landlock_fs"}))
+    report = HardeningReport.from_wire(out["report"])
+    assert "landlock_fs" in report.missing
+    assert "landlock_fs" not in report.active
+    assert "seccomp" in report.active
+
+
+def test_missing_required_layer_fails_closed() -> None:
+    out = _in_hardened_child(lambda _: {}, force=frozenset({"seccomp"}), require=("seccomp",))
+    assert out["error"] == "SAND_VM_HARDENING_UNAVAILABLE"
+    assert out["details"]["layer"] == "seccomp"  # type: ignore[index]
+
+
+def test_report_wire_round_trip_and_validation() -> None:
+    report = HardeningReport(active=("fds",), missing={"seccomp": "x"}, landlock_abi=7)
+    assert HardeningReport.from_wire(report.to_wire()) == report
+    with pytest.raises(ValueError):
+        HardeningReport.from_wire({"active": ["bogus"], "missing": {}, "landlock_abi": None})
+    with pytest.raises(ValueError):
+        HardeningReport.from_wire([])
