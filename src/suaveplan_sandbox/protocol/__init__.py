@@ -1,0 +1,43 @@
+"""Sans-IO wire protocol between the host and its worker processes."""
+
+from suaveplan_sandbox.protocol._codec import (
+    DEFAULT_MAX_FRAME_BYTES,
+    NEED_DATA,
+    FrameDecoder,
+    ProtocolError,
+    encode,
+)
+from suaveplan_sandbox.protocol._messages import (
+    MESSAGE_TYPES,
+    Call,
+    Event,
+    Failure,
+    HostCall,
+    HostFailure,
+    HostReply,
+    Load,
+    Log,
+    Message,
+    Ready,
+    Result,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "MESSAGE_TYPES",
+    "NEED_DATA",
+    "Call",
+    "Event",
+    "Failure",
+    "FrameDecoder",
+    "HostCall",
+    "HostFailure",
+    "HostReply",
+    "Load",
+    "Log",
+    "Message",
+    "ProtocolError",
+    "Ready",
+    "Result",
+    "encode",
+]

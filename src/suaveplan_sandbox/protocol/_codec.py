@@ -1,0 +1,139 @@
+"""Frame codec: 4-byte big-endian length prefix + one msgpack array `[tag, *fields]`.
+
+Sans-IO in the style of h11: feed bytes with `receive_data`, pull messages with
+`next_message()` until it returns `NEED_DATA`; `encode(msg)` gives the bytes to send.
+Anything malformed, oversized or unknown raises `ProtocolError` (code `SAND_WIRE_ERROR`) and
+the decoder stays broken: the peer is not trusted to resynchronise.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+import msgpack
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.protocol._messages import FIELD_NAMES, MESSAGE_TYPES, Message
+
+DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+_PREFIX: Final = 4
+
+
+class _NeedData(enum.Enum):
+    NEED_DATA = "NEED_DATA"
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = _NeedData.NEED_DATA
+
+
+class ProtocolError(SuaveplanError):
+    """A frame broke the protocol; always code `SAND_WIRE_ERROR`."""
+
+    def __init__(self, reason: str, cause: BaseException | None = None) -> None:
+        super().__init__(
+            "SAND_WIRE_ERROR", "malformed frame on the worker channel", {"reason": reason}, cause
+        )
+
+
+def encode(msg: Message, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+    """The frame bytes for `msg`; raises `ProtocolError` if it cannot be encoded or is too big."""
+    names = FIELD_NAMES.get(type(msg))
+    if names is None:
+        raise ProtocolError("unknown-message-type")
+    payload = [msg.TYPE, *(getattr(msg, n) for n in names)]
+    try:
+        body: bytes = msgpack.packb(payload, use_bin_type=True, strict_types=False)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError("unencodable", exc) from exc
+    if len(body) > max_frame_bytes:
+        raise ProtocolError("frame-too-large")
+    return len(body).to_bytes(_PREFIX, "big") + body
+
+
+def _no_ext(code: int, data: bytes) -> object:
+    raise ValueError("ext types are not allowed")
+
+
+@enum.unique
+class _State(enum.Enum):
+    OK = "ok"
+    BROKEN = "broken"
+
+
+class FrameDecoder:
+    """Incremental decoder for frames from an untrusted peer."""
+
+    __slots__ = ("_buf", "_max", "_state")
+
+    def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        if max_frame_bytes <= 0:
+            raise ValueError("max_frame_bytes must be positive")
+        self._max = max_frame_bytes
+        self._buf = bytearray()
+        self._state = _State.OK
+
+    def receive_data(self, data: bytes) -> None:
+        """Append received bytes."""
+        if self._state is _State.BROKEN:
+            raise ProtocolError("decoder-broken")
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def next_message(self) -> Message | _NeedData:
+        """The next complete message, or `NEED_DATA`."""
+        if self._state is _State.BROKEN:
+            raise ProtocolError("decoder-broken")
+        buf = self._buf
+        if len(buf) < _PREFIX:
+            return NEED_DATA
+        size = int.from_bytes(buf[:_PREFIX], "big")
+        if size > self._max:
+            self._state = _State.BROKEN
+            raise ProtocolError("frame-too-large")
+        end = _PREFIX + size
+        if len(buf) < end:
+            return NEED_DATA
+        body = bytes(buf[_PREFIX:end])
+        del buf[:end]
+        try:
+            return self._parse(body)
+        except ProtocolError:
+            self._state = _State.BROKEN
+            raise
+
+    def _parse(self, body: bytes) -> Message:
+        limit = self._max
+        try:
+            raw = msgpack.unpackb(
+                body,
+                raw=False,
+                strict_map_key=True,
+                use_list=True,
+                ext_hook=_no_ext,
+                max_str_len=limit,
+                max_bin_len=limit,
+                max_array_len=limit,
+                max_map_len=limit,
+                max_ext_len=0,
+            )
+        except Exception as exc:  # msgpack raises many types; all mean "malformed"
+            raise ProtocolError("undecodable", exc) from exc
+        if type(raw) is not list or not raw or type(raw[0]) is not str:
+            raise ProtocolError("not-a-message")
+        cls = MESSAGE_TYPES.get(raw[0])
+        if cls is None:
+            raise ProtocolError("unknown-message-type")
+        names = FIELD_NAMES[cls]
+        if len(raw) != len(names) + 1:
+            raise ProtocolError("wrong-field-count")
+        try:
+            return cls(**dict(zip(names, raw[1:], strict=True)))
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError("invalid-field", exc) from exc
