@@ -1,0 +1,356 @@
+"""The db gate: one sqlglot parse, one allowlist walk, a bounded LRU cache by SQL text.
+
+Fail closed: the walk accepts only expression types listed in `_QUERY_NODES` (plus functions
+named in the dialect's allowlist); anything else — a sqlglot `Command` fallback, a node type
+nobody reviewed, a parse error — is `statement-not-permitted`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import OrderedDict
+from typing import Final, Literal, final
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ErrorLevel, SqlglotError
+from sqlglot.tokenizer_core import TokenType
+
+from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
+
+_CAP: Final = "db"
+_NOT_PERMITTED: Final = Deny(capability=_CAP, reason=DenyReason.STATEMENT_NOT_PERMITTED)
+_OUT_OF_SCOPE: Final = Deny(capability=_CAP, reason=DenyReason.TABLE_OUT_OF_SCOPE)
+_MALFORMED: Final = Deny(capability=_CAP, reason=DenyReason.MALFORMED_PAYLOAD)
+
+_COMMON_FUNCTIONS: Final = frozenset(
+    {
+        # aggregates
+        "count", "sum", "avg", "min", "max", "total", "group_concat", "string_agg",
+        # conditionals and casts (sqlglot models these as functions)
+        "cast", "trycast", "case", "if", "coalesce", "nullif", "ifnull", "iif",
+        # strings
+        "lower", "upper", "length", "substring", "substr", "trim", "ltrim", "rtrim", "replace",
+        "instr", "char", "unicode", "hex", "quote", "printf", "format", "concat", "concat_ws",
+        "strposition", "lpad", "rpad", "left", "right", "reverse", "unhex",
+        # math
+        "abs", "round", "ceil", "floor", "sign", "sqrt", "pow", "power", "exp", "ln", "log",
+        "mod", "greatest", "least",
+        # date/time
+        "date", "time", "datetime", "julianday", "strftime", "unixepoch", "currentdate",
+        "currenttime", "currenttimestamp", "timestrtotime", "timetostr", "strtotime",
+        # JSON scalars
+        "json", "jsonextract", "jsonextractscalar", "json_extract", "jsonarray", "jsonobject",
+        "json_array", "json_object", "json_type", "json_valid", "json_quote", "jsonbextract",
+        "json_array_length", "jsonarraylength", "json_group_array", "json_group_object",
+        # misc scalars
+        "typeof", "random", "randomblob", "zeroblob", "changes", "last_insert_rowid",
+        "row_number", "rank", "dense_rank", "lag", "lead", "first_value", "last_value",
+        "ntile", "percent_rank", "cume_dist", "nth_value", "like", "glob", "exists",
+    }
+)  # fmt: skip
+
+SQLITE_SAFE_FUNCTIONS: Final[frozenset[str]] = _COMMON_FUNCTIONS | frozenset(
+    {"likelihood", "likely", "unlikely", "soundex", "total_changes", "octet_length"}
+)
+POSTGRES_SAFE_FUNCTIONS: Final[frozenset[str]] = (
+    _COMMON_FUNCTIONS - frozenset({"changes", "last_insert_rowid", "randomblob", "zeroblob"})
+) | frozenset(
+    {"now", "date_trunc", "extract", "to_char", "array_agg", "bool_and", "bool_or",
+     "jsonb_build_object", "json_build_object", "jsonb_extract_path_text", "btrim",
+     "char_length", "position", "md5", "split_part", "timestamptrunc", "datetrunc"}
+)  # fmt: skip
+
+_SYSTEM_NAMES: Final = frozenset(
+    {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema",
+     "sqlite_sequence", "sqlite_stat1", "sqlite_stat4", "pg_catalog", "information_schema",
+     "sqlite_dbpage", "sqlite_dbstat", "dbstat"}
+)  # fmt: skip
+
+_ROOTS: Final = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Insert, exp.Update,
+                 exp.Delete)  # fmt: skip
+
+# Reviewed structural node types (functions are reviewed by name, not here).
+_QUERY_NODES: Final[frozenset[type[exp.Expr]]] = frozenset(
+    {
+        exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Insert, exp.Update, exp.Delete,
+        exp.With, exp.CTE, exp.TableAlias, exp.Subquery, exp.From, exp.Join, exp.Where,
+        exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit, exp.Offset, exp.Column,
+        exp.Identifier, exp.Star, exp.Literal, exp.Null, exp.Boolean, exp.Alias, exp.Table,
+        exp.Tuple, exp.Paren, exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
+        exp.LT, exp.LTE, exp.Is, exp.In, exp.Between, exp.Like, exp.ILike, exp.Glob,
+        exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.BitwiseAnd, exp.BitwiseOr,
+        exp.BitwiseXor, exp.BitwiseNot, exp.BitwiseLeftShift, exp.BitwiseRightShift, exp.DPipe,
+        exp.Placeholder, exp.Parameter, exp.Distinct, exp.Window, exp.WindowSpec,
+        exp.Returning, exp.OnConflict, exp.Values, exp.Schema, exp.DataType, exp.Escape,
+        exp.Collate, exp.Exists, exp.Any, exp.All, exp.NullSafeEQ, exp.NullSafeNEQ,
+        exp.Lateral, exp.Var, exp.Interval, exp.Filter,
+        exp.PrimaryKeyColumnConstraint,
+    }
+)  # fmt: skip
+
+_DDL_NODES: Final[frozenset[type[exp.Expr]]] = _QUERY_NODES | frozenset(
+    {
+        exp.Create, exp.Drop, exp.Alter, exp.ColumnDef, exp.ColumnConstraint,
+        exp.NotNullColumnConstraint, exp.DefaultColumnConstraint, exp.UniqueColumnConstraint,
+        exp.CheckColumnConstraint, exp.AutoIncrementColumnConstraint, exp.Index,
+        exp.IndexParameters, exp.Reference, exp.ForeignKey, exp.PrimaryKey, exp.Constraint,
+        exp.RenameColumn, exp.AlterRename, exp.AlterColumn, exp.Properties, exp.DataTypeParam,
+        exp.CollateColumnConstraint, exp.DateFormatColumnConstraint,
+    }
+)  # fmt: skip
+_DDL_KINDS: Final = frozenset({"TABLE", "INDEX", "VIEW"})
+_DML_ROOTS: Final = _ROOTS
+
+logger = logging.getLogger(__name__)
+
+
+class _Rejected(Exception):
+    """Internal: the walk found a statement-level problem."""
+
+
+@final
+class _Walk:
+    """One pass over a parsed statement: tables with CTE scoping, node and function allowlist."""
+
+    __slots__ = ("functions", "nodes", "prefix", "tables", "unscoped")
+
+    def __init__(
+        self,
+        prefix: str | None,
+        functions: frozenset[str],
+        nodes: frozenset[type[exp.Expr]],
+    ) -> None:
+        self.prefix = prefix
+        self.functions = functions
+        self.nodes = nodes
+        self.tables: set[str] = set()
+        self.unscoped = False
+
+    def name_in_scope(self, name: str) -> bool:
+        return bool(self.prefix) and name.startswith(self.prefix or "\x00")
+
+    def identifier(self, ident: object) -> str:
+        if not isinstance(ident, exp.Identifier):
+            raise _Rejected
+        text = ident.this
+        if not isinstance(text, str):
+            raise _Rejected
+        return text if ident.quoted else text.lower()
+
+    def table(self, node: exp.Table, ctes: frozenset[str]) -> None:
+        if node.args.get("db") is not None or node.args.get("catalog") is not None:
+            raise _Rejected
+        name = self.identifier(node.this)
+        if name.lower() in _SYSTEM_NAMES:
+            raise _Rejected
+        if name in ctes:
+            return
+        self.tables.add(name)
+        if not self.name_in_scope(name):
+            self.unscoped = True
+
+    def function(self, node: exp.Func) -> None:
+        name = node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
+        if name not in self.functions:
+            raise _Rejected
+
+    def visit(self, node: exp.Expr, ctes: frozenset[str]) -> None:
+        kind = type(node)
+        if isinstance(node, exp.Func):
+            self.function(node)
+        elif kind not in self.nodes:
+            raise _Rejected
+        with_ = node.args.get("with_") if kind is not exp.CTE else None
+        if isinstance(with_, exp.With):
+            ctes = self.with_clause(with_, ctes)
+        if kind is exp.Table:
+            assert isinstance(node, exp.Table)
+            self.table(node, ctes)
+            for key, child in node.args.items():
+                if key not in ("this", "db", "catalog"):
+                    self.children(child, ctes)
+            return
+        if kind is exp.Column and (
+            node.args.get("db") is not None or node.args.get("catalog") is not None
+        ):
+            raise _Rejected
+        for key, child in node.args.items():
+            if child is with_ and with_ is not None:
+                continue
+            if key == "_type":
+                continue
+            self.children(child, ctes)
+
+    def with_clause(self, with_: exp.With, ctes: frozenset[str]) -> frozenset[str]:
+        recursive = bool(with_.args.get("recursive"))
+        for cte in with_.expressions:
+            if not isinstance(cte, exp.CTE):
+                raise _Rejected
+            alias = cte.args.get("alias")
+            if not isinstance(alias, exp.TableAlias):
+                raise _Rejected
+            name = self.identifier(alias.this)
+            # A CTE sees earlier siblings, and itself only under RECURSIVE.
+            body_scope = ctes | {name} if recursive else ctes
+            for key, child in cte.args.items():
+                if key == "alias":
+                    for col in alias.args.get("columns") or ():
+                        self.children(col, body_scope)
+                    continue
+                self.children(child, body_scope)
+            ctes = ctes | {name}
+        return ctes
+
+    def children(self, child: object, ctes: frozenset[str]) -> None:
+        if isinstance(child, exp.Expr):
+            self.visit(child, ctes)
+        elif isinstance(child, list):
+            for item in child:
+                if isinstance(item, exp.Expr):
+                    self.visit(item, ctes)
+                elif item is not None and not isinstance(item, (str, bool, int)):
+                    raise _Rejected
+
+
+def _is_scalar_param(value: object) -> bool:
+    return value is None or type(value) in (bool, int, float, str, bytes)
+
+
+@final
+class SqlGate:
+    """Decides db payloads for one plugin's `table_prefix` in the host's dialect."""
+
+    __slots__ = ("_cache", "_cache_size", "_dialect_obj", "_functions", "dialect", "table_prefix")
+
+    def __init__(
+        self,
+        table_prefix: str | None,
+        *,
+        dialect: Literal["sqlite", "postgres"] = "sqlite",
+        cache_size: int = 1024,
+    ) -> None:
+        if dialect not in ("sqlite", "postgres"):
+            raise ValueError("dialect is 'sqlite' or 'postgres'")
+        self.table_prefix: str | None = table_prefix or None
+        self.dialect: str = dialect
+        self._functions = SQLITE_SAFE_FUNCTIONS if dialect == "sqlite" else POSTGRES_SAFE_FUNCTIONS
+        self._dialect_obj = Dialect.get_or_raise(dialect)
+        self._cache_size = max(0, cache_size)
+        self._cache: OrderedDict[str, Allow | Deny] = OrderedDict()
+
+    # -- runtime queries -------------------------------------------------------------------
+    def check_query(self, sql: object, params: object = ()) -> Allow | Deny:
+        if not isinstance(params, (list, tuple)) or not all(map(_is_scalar_param, params)):
+            return _MALFORMED
+        if not isinstance(sql, str) or not sql.strip():
+            return _MALFORMED
+        cache = self._cache
+        hit = cache.get(sql)
+        if hit is not None:
+            cache.move_to_end(sql)
+            return hit
+        decision = self._decide_query(sql)
+        if self._cache_size:
+            cache[sql] = decision
+            if len(cache) > self._cache_size:
+                cache.popitem(last=False)
+        return decision
+
+    def _decide_query(self, sql: str) -> Allow | Deny:
+        statement = self._single_statement(sql)
+        if statement is None or not isinstance(statement, _ROOTS):
+            return _NOT_PERMITTED
+        walk = _Walk(self.table_prefix, self._functions, _QUERY_NODES)
+        try:
+            walk.visit(statement, frozenset())
+        except (_Rejected, RecursionError, AttributeError, TypeError):
+            return _NOT_PERMITTED
+        if walk.unscoped:
+            return _OUT_OF_SCOPE
+        return Allow(rule=self.table_prefix, target=sql)
+
+    def _single_statement(self, sql: str) -> exp.Expr | None:
+        try:
+            tokens = self._dialect_obj.tokenize(sql)
+            semicolons = [i for i, t in enumerate(tokens) if t.token_type is TokenType.SEMICOLON]
+            # One trailing `;` at most; a `;` anywhere else means stacked statements.
+            if semicolons and (len(semicolons) > 1 or semicolons[0] != len(tokens) - 1):
+                return None
+            parsed = self._dialect_obj.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
+        except (SqlglotError, RecursionError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        statements = [s for s in parsed if s is not None]
+        if len(statements) != 1:
+            return None
+        # More than one `;` (empty statements) is refused as well: one trailing `;` only.
+        if len(parsed) > 2 or (len(parsed) == 2 and parsed[1] is not None):
+            return None
+        return statements[0]
+
+    # -- {"table": name} -------------------------------------------------------------------
+    def check_table(self, name: object) -> Allow | Deny:
+        if not isinstance(name, str) or not name:
+            return _MALFORMED
+        if not (name.isidentifier() and name.isascii()):
+            return _OUT_OF_SCOPE
+        if name.lower() in _SYSTEM_NAMES:
+            return _NOT_PERMITTED
+        prefix = self.table_prefix
+        if not prefix or not name.lower().startswith(prefix):
+            return _OUT_OF_SCOPE
+        return Allow(rule=prefix, target=name)
+
+    # -- migrations ------------------------------------------------------------------------
+    def check_migration(self, sql: str) -> list[Allow | Deny]:
+        try:
+            parsed = sqlglot.parse(sql, read=self.dialect, error_level=sqlglot.ErrorLevel.RAISE)
+        except (SqlglotError, RecursionError, ValueError, KeyError, TypeError, AttributeError):
+            return [_NOT_PERMITTED]
+        out: list[Allow | Deny] = []
+        for statement in parsed:
+            if statement is None:
+                continue
+            out.append(self._decide_migration_statement(statement))
+        return out
+
+    def _decide_migration_statement(self, statement: exp.Expr) -> Allow | Deny:
+        if isinstance(statement, (exp.Create, exp.Drop)):
+            kind = str(statement.args.get("kind") or "").upper()
+            if kind not in _DDL_KINDS:
+                return _NOT_PERMITTED
+            target = statement.this
+            if isinstance(target, exp.Schema):
+                target = target.this
+            if isinstance(target, exp.Index):
+                walk_name = target.this
+                if not isinstance(walk_name, exp.Identifier):
+                    return _NOT_PERMITTED
+                name = walk_name.this if walk_name.quoted else walk_name.this.lower()
+                if not (self.table_prefix and name.startswith(self.table_prefix)):
+                    return _OUT_OF_SCOPE
+        elif isinstance(statement, exp.Alter):
+            if str(statement.args.get("kind") or "").upper() != "TABLE":
+                return _NOT_PERMITTED
+        elif not isinstance(statement, _DML_ROOTS):
+            return _NOT_PERMITTED
+        walk = _Walk(self.table_prefix, self._functions, _DDL_NODES)
+        try:
+            walk.visit(statement, frozenset())
+        except (_Rejected, RecursionError, AttributeError, TypeError):
+            return _NOT_PERMITTED
+        if walk.unscoped:
+            return _OUT_OF_SCOPE
+        return Allow(rule=self.table_prefix, target=statement.sql(dialect=self.dialect))
+
+    # -- explain ---------------------------------------------------------------------------
+    def referenced_tables(self, sql: str) -> frozenset[str]:
+        statement = self._single_statement(sql)
+        if statement is None:
+            return frozenset()
+        walk = _Walk(self.table_prefix, self._functions, _DDL_NODES)
+        with contextlib.suppress(_Rejected, RecursionError, AttributeError, TypeError):
+            walk.visit(statement, frozenset())
+        return frozenset(walk.tables)
