@@ -180,3 +180,49 @@ def test_report_wire_round_trip_and_validation() -> None:
         HardeningReport.from_wire({"active": ["bogus"], "missing": {}, "landlock_abi": None})
     with pytest.raises(ValueError):
         HardeningReport.from_wire([])
+
+
+def _raw_syscall_errno(nr: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    rc = libc.syscall(ctypes.c_long(nr), ctypes.c_long(0), ctypes.c_long(0))
+    return ctypes.get_errno() if rc == -1 else 0
+
+
+def test_x32_syscalls_are_denied_and_clone3_reports_enosys() -> None:
+    out = _in_hardened_child(
+        lambda _: {"x32": _raw_syscall_errno(0x40000000 | 39), "clone3": _raw_syscall_errno(435)}
+    )
+    assert out["x32"] == errno.EPERM
+    assert out["clone3"] == errno.ENOSYS
+
+
+def _landlock_only_probes(_: HardeningReport) -> dict[str, object]:
+    s = socket.socket(socket.AF_INET)
+    try:
+        connect = _errno_of(lambda: s.connect(("127.0.0.1", 9)))
+        bind = _errno_of(lambda: s.bind(("127.0.0.1", 0)))
+    finally:
+        s.close()
+    return {"connect": connect, "bind": bind, "signal": _errno_of(lambda: os.kill(os.getppid(), 0))}
+
+
+def test_landlock_denies_tcp_and_signals_even_without_seccomp() -> None:
+    out = _in_hardened_child(_landlock_only_probes, force=frozenset({"seccomp"}))
+    report = HardeningReport.from_wire(out["report"])
+    abi = report.landlock_abi
+    if abi is None or abi < 4:
+        assert "landlock_net" in report.missing
+    else:
+        assert "landlock_net" in report.active
+        assert out["connect"] == errno.EACCES
+        assert out["bind"] == errno.EACCES
+    if abi is not None and abi >= 6:
+        assert out["signal"] == errno.EPERM
+
+
+def test_forcing_landlock_net_off_leaves_tcp_to_the_kernel() -> None:
+    out = _in_hardened_child(_landlock_only_probes, force=frozenset({"seccomp", "landlock_net"}))
+    report = HardeningReport.from_wire(out["report"])
+    assert "landlock_net" in report.missing
+    assert out["connect"] == errno.ECONNREFUSED  # nothing listens on port 9; not EACCES

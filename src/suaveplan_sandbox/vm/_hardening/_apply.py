@@ -407,10 +407,10 @@ def apply_hardening(
     if abi is not None and abi < 4:
         net_why: str | None = f"landlock ABI {abi} < 4"
     elif "landlock_fs" not in active:
-        net_why = missing.get("landlock_fs", plan.landlock_why)
+        net_why = "landlock ruleset not applied: " + missing.get("landlock_fs", plan.landlock_why)
     else:
-        net_why = None
-    run("landlock_net", net_why if net_ok or net_why else "forced", lambda: None)
+        net_why = None  # the net rights were handled by the ruleset applied above
+    run("landlock_net", net_why, lambda: None)
     sec_why = plan.seccomp_why if plan.seccomp_program is None else None
     run("seccomp", sec_why, lambda: _seccomp(plan.seccomp_program or b""))
     return HardeningReport(active=tuple(active), missing=missing, landlock_abi=abi)
