@@ -1,0 +1,229 @@
+"""Fetch rules: WHATWG URL parsing (ada-url) and host matching.
+
+Pure code. A rule is `[http:]host[:port]` or `[http:]*.suffix[:port]`; hosts in rules are
+normalised exactly like URL hosts (the WHATWG host parser: lower-case, IDNA, IPv4 canonical,
+IPv6 bracketed) and a single trailing dot is ignored. Exact hosts live in a dict and
+`*.suffix` rules are found by walking the host's label suffixes into a second dict, so a check
+costs O(labels), not O(rules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, final
+
+import ada_url
+
+from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
+
+_HTTP_PREFIX: Final = "http:"
+_DEFAULT_PORTS: Final = {"https": 443, "http": 80}
+# Delimiters and anything the WHATWG parser would silently strip or reinterpret.
+_FORBIDDEN_HOST_CHARS: Final = frozenset("/\\?#@%*[]: \t\r\n\x00\x7f") | frozenset(
+    chr(c) for c in range(0x20)
+)
+_IPV4: Final = ada_url.HostType.IPV4
+_IPV6: Final = ada_url.HostType.IPV6
+
+
+class FetchRuleError(ValueError):
+    """A malformed fetch rule, raised when the rule set is built."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(f"fetch rule {index}: {message}")
+        self.index = index
+        self.message = message
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsedUrl:
+    """The one WHATWG parse of a URL; `port` is the effective port (0 if the scheme has none)."""
+
+    href: str
+    scheme: str
+    host: str
+    port: int
+    is_ip: bool
+
+
+def parse_url(url: object) -> ParsedUrl | None:
+    """Parse `url` per WHATWG, or None if it does not parse."""
+    if type(url) is not str:
+        return None
+    try:
+        parts = ada_url.URL(url)
+    except ValueError:
+        return None
+    scheme = parts.protocol[:-1]
+    port_text = parts.port
+    port = int(port_text) if port_text else _DEFAULT_PORTS.get(scheme, 0)
+    host = parts.hostname
+    if host.endswith("."):
+        host = host[:-1]
+    host_type = parts.host_type
+    return ParsedUrl(
+        href=parts.href,
+        scheme=scheme,
+        host=host,
+        port=port,
+        is_ip=host_type in (_IPV4, _IPV6),
+    )
+
+
+def _canonical(text: str) -> tuple[str, bool] | None:
+    if type(text) is not str or not text:
+        return None
+    if text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1]
+        if not inner or any(c not in "0123456789abcdefABCDEF:." for c in inner):
+            return None
+    elif any(c in _FORBIDDEN_HOST_CHARS for c in text):
+        return None
+    try:
+        url = ada_url.URL("https://" + text + "/")
+    except ValueError:
+        return None
+    host = url.hostname
+    if host.endswith("."):
+        host = host[:-1]
+    if not host:
+        return None
+    host_type = url.host_type
+    return host, host_type in (_IPV4, _IPV6)
+
+
+def canonical_host(text: str) -> str | None:
+    """Normalise a host exactly as a URL host is normalised, or None if it is not a host."""
+    result = _canonical(text)
+    return None if result is None else result[0]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    index: int
+    text: str
+    port: int | None
+    http: bool
+
+
+def _split_port(index: int, hostport: str) -> tuple[str, int | None]:
+    if hostport.startswith("["):
+        close = hostport.find("]")
+        if close < 0:
+            raise FetchRuleError(index, "unterminated IPv6 literal")
+        host, rest = hostport[: close + 1], hostport[close + 1 :]
+        if not rest:
+            return host, None
+        if not rest.startswith(":"):
+            raise FetchRuleError(index, "unexpected text after IPv6 literal")
+        port_text = rest[1:]
+    elif ":" in hostport:
+        host, _, port_text = hostport.partition(":")
+        if ":" in port_text:
+            raise FetchRuleError(index, "IPv6 literals in rules must be bracketed")
+    else:
+        return hostport, None
+    if not port_text.isascii() or not port_text.isdigit() or len(port_text) > 5:
+        raise FetchRuleError(index, "port must be a number 1..65535")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise FetchRuleError(index, "port must be a number 1..65535")
+    return host, port
+
+
+def _compile_rule(index: int, text: object) -> tuple[str, bool, _Rule]:
+    """(host key, is_wildcard, rule)."""
+    if type(text) is not str:
+        raise FetchRuleError(index, "rule must be a string")
+    http = text.startswith(_HTTP_PREFIX)
+    body = text[len(_HTTP_PREFIX) :] if http else text
+    if not body:
+        raise FetchRuleError(index, "rule is empty")
+    if "://" in body or body.startswith("//") or "/" in body:
+        raise FetchRuleError(index, "rule is a host (optionally *.suffix and :port), not a URL")
+    host_text, port = _split_port(index, body)
+    wildcard = host_text.startswith("*.")
+    if wildcard:
+        host_text = host_text[2:]
+    if "*" in host_text:
+        raise FetchRuleError(index, "'*' is allowed only as a leading '*.' label")
+    if not host_text or host_text.startswith(".") or ".." in host_text:
+        raise FetchRuleError(index, "host has an empty label")
+    if wildcard:
+        # Canonicalise the suffix as part of a host so a numeric last label cannot turn it
+        # into an IPv4 address; an IP suffix can never match at a label boundary.
+        result = _canonical("x." + host_text)
+        if result is None or result[1] or not result[0].startswith("x."):
+            raise FetchRuleError(index, "'*.' must be followed by a domain name")
+        key = result[0][2:]
+    else:
+        result = _canonical(host_text)
+        if result is None:
+            raise FetchRuleError(index, "not a valid host")
+        key = result[0]
+    if not key or key.startswith(".") or ".." in key:
+        raise FetchRuleError(index, "host has an empty label")
+    return key, wildcard, _Rule(index, text, port, http)
+
+
+@final
+class FetchRuleSet:
+    """Compiled fetch rules: `check(url)` and `check_host(host, port)` for raw connects."""
+
+    __slots__ = ("_exact", "_suffix", "rules")
+
+    def __init__(self, rules: Sequence[str]) -> None:
+        self.rules: tuple[str, ...] = tuple(rules)
+        exact: dict[str, list[_Rule]] = {}
+        suffix: dict[str, list[_Rule]] = {}
+        for i, text in enumerate(self.rules):
+            key, wildcard, rule = _compile_rule(i, text)
+            (suffix if wildcard else exact).setdefault(key, []).append(rule)
+        self._exact = {k: tuple(v) for k, v in exact.items()}
+        self._suffix = {k: tuple(v) for k, v in suffix.items()}
+
+    def _candidates(self, host: str, is_ip: bool, port: int) -> list[_Rule]:
+        found = [r for r in self._exact.get(host, ()) if r.port is None or r.port == port]
+        if not is_ip and self._suffix:
+            suffix = self._suffix
+            dot = host.find(".")
+            while dot >= 0:
+                bucket = suffix.get(host[dot + 1 :])
+                if bucket is not None:
+                    found.extend(r for r in bucket if r.port is None or r.port == port)
+                dot = host.find(".", dot + 1)
+        return found
+
+    def check(self, url: object) -> Allow | Deny:
+        parsed = parse_url(url)
+        if parsed is None:
+            return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
+        scheme = parsed.scheme
+        if scheme not in {"https", "http"}:
+            return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
+        found = self._candidates(parsed.host, parsed.is_ip, parsed.port)
+        if not found:
+            return Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
+        if scheme == "http":
+            found = [r for r in found if r.http]
+            if not found:
+                return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
+        best = found[0] if len(found) == 1 else min(found, key=lambda r: r.index)
+        return Allow(rule=best.text, target=parsed.href)
+
+    def check_host(self, host: object, port: object) -> Allow | Deny:
+        if type(host) is not str or type(port) is not int or not 1 <= port <= 65535:
+            return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
+        # A bare IPv6 address (as a socket API takes it) is bracketed like a URL host.
+        result = _canonical(f"[{host}]" if ":" in host and not host.startswith("[") else host)
+        if result is None:
+            return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
+        canonical, is_ip = result
+        found = self._candidates(canonical, is_ip, port)
+        if not found:
+            return Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
+        best = min(found, key=lambda r: r.index)
+        return Allow(rule=best.text, target=f"{canonical}:{port}")

@@ -1,0 +1,199 @@
+"""Filesystem rules: lexical path normalisation and `*` matching against the policy root.
+
+Pure code. A requested path is resolved lexically against the root (the plugin sees the root
+as `/`); climbing above the root is denied, never clamped. `*` matches any run of characters
+including `/`. Rules are indexed by the directory part of their literal prefix (the text before
+the first `*`), so a check costs O(path depth), not O(rules).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, final
+
+from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
+
+MAX_PATH_BYTES: Final = 4096
+MAX_SEGMENT_BYTES: Final = 255
+_WRITE_PREFIX: Final = "rw:"
+_MODES: Final = frozenset({"read", "write"})
+
+
+class FsRuleError(ValueError):
+    """A malformed fs rule, raised when the rule set is built."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(f"fs rule {index}: {message}")
+        self.index = index
+        self.message = message
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preopen:
+    """How one rule maps to a WASI preopen; `directory=None` means it cannot be expressed."""
+
+    rule: str
+    index: int
+    directory: str | None
+    writable: bool
+
+
+def _check_limits(path: str) -> bool:
+    if "\0" in path:
+        return False
+    try:
+        raw = path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    if len(raw) > MAX_PATH_BYTES:
+        return False
+    return len(raw) <= MAX_SEGMENT_BYTES or all(
+        len(segment) <= MAX_SEGMENT_BYTES for segment in raw.split(b"/")
+    )
+
+
+def normalize_request_path(path: object) -> str | DenyReason:
+    """The root-relative lexical form of `path` (`"."` for the root), or why it is refused."""
+    if type(path) is not str or not path:
+        return DenyReason.INVALID_PATH
+    if not _check_limits(path):
+        return DenyReason.INVALID_PATH
+    # posixpath.normpath keeps leading `..` for relative input, so any climb above the root
+    # (even one a later segment comes back from) shows up as a leading `..`.
+    normal = posixpath.normpath(path.lstrip("/") or ".")
+    if normal == ".." or normal.startswith("../"):
+        return DenyReason.PATH_NOT_IN_ALLOWLIST
+    return normal
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    index: int
+    text: str
+    pattern: str  # normalised, root-relative ("." for the root)
+    writable: bool
+    regex: re.Pattern[str] | None  # None: exact match on `pattern`
+
+
+def _compile_rule(index: int, text: object) -> _Rule:
+    if type(text) is not str:
+        raise FsRuleError(index, "rule must be a string")
+    body = text[len(_WRITE_PREFIX) :] if text.startswith(_WRITE_PREFIX) else text
+    writable = body is not text
+    if not body:
+        raise FsRuleError(index, "rule is empty")
+    if "\0" in body:
+        raise FsRuleError(index, "rule contains a NUL byte")
+    if body.startswith("/"):
+        raise FsRuleError(index, "rule must be relative to the root (e.g. ./uploads/*)")
+    if len(body.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise FsRuleError(index, "rule is longer than 4096 bytes")
+    segments = [s for s in body.split("/") if s not in ("", ".")]
+    if ".." in segments:
+        raise FsRuleError(index, "rule must not contain '..'")
+    if any(len(s.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for s in segments):
+        raise FsRuleError(index, "rule has a segment longer than 255 bytes")
+    pattern = "/".join(segments) or "."
+    if "*" not in pattern:
+        return _Rule(index, text, pattern, writable, None)
+    parts = [re.escape(p) for p in pattern.split("*")]
+    source = ".*".join(parts)
+    if pattern == "*":
+        source = r"(?:\.|.*)"  # `./*` grants the root itself too
+    elif pattern.endswith("/*"):
+        # `dir/*` grants `dir` itself as well as everything beneath it.
+        source = ".*".join(parts[:-1])[: -len(re.escape("/"))] + r"(?:/.*)?"
+    return _Rule(index, text, pattern, writable, re.compile(source, re.DOTALL))
+
+
+def _bucket_key(pattern: str) -> str:
+    """Directory part of the literal prefix: every path the rule matches is at or below it."""
+    literal = pattern.split("*", 1)[0]
+    if pattern.endswith("/*") and literal == pattern[:-1]:
+        return literal[:-1]  # `dir/*` also matches `dir`
+    slash = literal.rfind("/")
+    return literal[:slash] if slash >= 0 else "."
+
+
+@final
+class FsRuleSet:
+    """Compiled fs rules. `check` returns `Allow(rule, target)` or `Deny("fs", reason)`."""
+
+    __slots__ = ("_exact", "_globs", "_rules", "rules")
+
+    def __init__(self, rules: Sequence[str]) -> None:
+        self.rules: tuple[str, ...] = tuple(rules)
+        compiled = [_compile_rule(i, text) for i, text in enumerate(self.rules)]
+        self._rules = tuple(compiled)
+        exact: dict[str, list[_Rule]] = {}
+        globs: dict[str, list[_Rule]] = {}
+        for rule in compiled:
+            if rule.regex is None:
+                exact.setdefault(rule.pattern, []).append(rule)
+            else:
+                globs.setdefault(_bucket_key(rule.pattern), []).append(rule)
+        self._exact = {k: tuple(v) for k, v in exact.items()}
+        self._globs = {k: tuple(v) for k, v in globs.items()}
+
+    def _matches(self, target: str) -> list[_Rule]:
+        found = list(self._exact.get(target, ()))
+        globs = self._globs
+        if globs:
+            # Buckets at the root, at each ancestor directory and at the target itself.
+            keys = ["."]
+            if target != ".":
+                start = 0
+                while True:
+                    slash = target.find("/", start)
+                    if slash < 0:
+                        keys.append(target)
+                        break
+                    keys.append(target[:slash])
+                    start = slash + 1
+            for key in keys:
+                bucket = globs.get(key)
+                if bucket is not None:
+                    found.extend(
+                        r for r in bucket if r.regex is not None and r.regex.fullmatch(target)
+                    )
+        return found
+
+    def check(self, path: object, mode: object = "read") -> Allow | Deny:
+        if type(mode) is not str or mode not in _MODES:
+            return Deny(capability="fs", reason=DenyReason.MODE_NOT_PERMITTED)
+        target = normalize_request_path(path)
+        if isinstance(target, DenyReason):
+            return Deny(capability="fs", reason=target)
+        found = self._matches(target)
+        if not found:
+            return Deny(capability="fs", reason=DenyReason.PATH_NOT_IN_ALLOWLIST)
+        if mode == "write":
+            found = [r for r in found if r.writable]
+            if not found:
+                return Deny(capability="fs", reason=DenyReason.MODE_NOT_PERMITTED)
+        best = min(found, key=lambda r: r.index)
+        return Allow(rule=best.text, target=target)
+
+    def preopens(self) -> tuple[Preopen, ...]:
+        """One entry per rule: `dir/*` and `dir/` (an explicit directory) preopen `dir`."""
+        out: list[Preopen] = []
+        for rule in self._rules:
+            body = rule.text[len(_WRITE_PREFIX) :] if rule.writable else rule.text
+            directory: str | None = None
+            if rule.pattern == "*":
+                directory = "."
+            elif rule.pattern.endswith("/*") and "*" not in rule.pattern[:-2]:
+                directory = rule.pattern[:-2]
+            elif rule.regex is None and body.endswith("/"):
+                directory = rule.pattern
+            out.append(
+                Preopen(
+                    rule=rule.text, index=rule.index, directory=directory, writable=rule.writable
+                )
+            )
+        return tuple(out)
