@@ -364,7 +364,9 @@ def apply_hardening(
     """Apply every layer in LAYERS order, in the forked child; irreversible.
 
     A layer in `require` that cannot be applied raises SAND_VM_HARDENING_UNAVAILABLE
-    (fail closed); any other is reported in `missing`.
+    (fail closed); any other is reported in `missing`. After a raise the process is partly
+    hardened and must exit (`os._exit`), never run plugin code. Import everything the worker
+    needs before calling: once Landlock is active no file can be opened.
     """
     for name in require:
         if name not in LAYERS:
