@@ -1,0 +1,207 @@
+"""Host side: read a plugin (file or package), AST-check every module, check its imports."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.vm._guest._policy import (
+    ALLOWED_MODULES,
+    IO_NAMES,
+    SUAVEPLAN_NAMES,
+    check_module,
+)
+
+_MAX_SOURCE = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PluginModule:
+    name: str
+    filename: str
+    source: str
+    is_package: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PluginBundle:
+    name: str
+    digest: str
+    entry: str
+    modules: tuple[PluginModule, ...]
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "digest": self.digest,
+            "entry": self.entry,
+            "modules": [
+                {
+                    "name": m.name,
+                    "filename": m.filename,
+                    "source": m.source,
+                    "is_package": m.is_package,
+                }
+                for m in self.modules
+            ],
+        }
+
+    @classmethod
+    def from_wire(cls, data: object) -> PluginBundle:
+        bad = SuaveplanError("SAND_VM_RESULT_INVALID", "malformed plugin bundle")
+        if not isinstance(data, dict):
+            raise bad
+        mods = data.get("modules")
+        name, digest, entry = data.get("name"), data.get("digest"), data.get("entry")
+        if not (
+            isinstance(name, str)
+            and isinstance(digest, str)
+            and isinstance(entry, str)
+            and isinstance(mods, list)
+        ):
+            raise bad
+        out = []
+        for m in mods:
+            if not isinstance(m, dict):
+                raise bad
+            mn, fn, src, pkg = (
+                m.get("name"),
+                m.get("filename"),
+                m.get("source"),
+                m.get("is_package"),
+            )
+            if not (
+                isinstance(mn, str)
+                and isinstance(fn, str)
+                and isinstance(src, str)
+                and isinstance(pkg, bool)
+            ):
+                raise bad
+            out.append(PluginModule(name=mn, filename=fn, source=src, is_package=pkg))
+        modules = tuple(out)
+        if _digest(modules) != digest or entry not in {m.name for m in modules}:
+            raise bad
+        return cls(name=name, digest=digest, entry=entry, modules=modules)
+
+
+def _digest(modules: tuple[PluginModule, ...]) -> str:
+    h = hashlib.sha256()
+    for m in sorted(modules, key=lambda m: m.name):
+        for part in (m.name, m.filename, m.source, "1" if m.is_package else "0"):
+            b = part.encode()
+            h.update(len(b).to_bytes(8, "big") + b)
+    return h.hexdigest()
+
+
+def resolve_import(  # noqa: PLR0917
+    module: str,
+    level: int,
+    names: tuple[str, ...],
+    current: str,
+    is_package: bool,
+    known: set[str],
+    top: str,
+) -> list[str]:
+    """Plugin-internal module names an import needs; raise if it leaves the allowlist."""
+    if level == 0:
+        root = module.split(".", maxsplit=1)[0]
+        if module in ALLOWED_MODULES:
+            if module == "suaveplan" and any(n not in SUAVEPLAN_NAMES for n in names):
+                raise LookupError(module)
+            if module == "io" and any(n not in IO_NAMES for n in names):
+                raise LookupError(module)
+            if module == "io" and not names:
+                raise LookupError(module)
+            return []
+        if root == top and root in known:
+            raise LookupError(module)  # absolute self-import: use relative imports
+        raise LookupError(module)
+    base = current.split(".") if is_package else current.split(".")[:-1]
+    if level - 1 > len(base) - 1:
+        raise LookupError("." * level + module)
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    target = ".".join([*base, *([module] if module else [])])
+    needed = []
+    if target in known:
+        needed.append(target)
+        for n in names:
+            sub = f"{target}.{n}"
+            if sub in known:
+                needed.append(sub)
+        return needed
+    raise LookupError("." * level + module)
+
+
+def load_plugin(plugin_module_path: str | os.PathLike[str]) -> PluginBundle:
+    path = Path(plugin_module_path)
+    modules: list[PluginModule] = []
+    if path.is_dir():
+        if not (path / "__init__.py").is_file():
+            raise SuaveplanError(
+                "SAND_VM_MODULE_IMPORT_FORBIDDEN",
+                "plugin package lacks __init__.py",
+                {"file": str(path)},
+            )
+        top = path.name
+        for file in sorted(path.rglob("*.py")):
+            rel = file.relative_to(path)
+            if any(p.startswith(".") or p == "__pycache__" for p in rel.parts):
+                continue
+            if not all(
+                (path / Path(*rel.parts[:i]) / "__init__.py").is_file()
+                for i in range(len(rel.parts))
+            ):
+                continue
+            parts = [top, *rel.with_suffix("").parts]
+            is_pkg = parts[-1] == "__init__"
+            if is_pkg:
+                parts = parts[:-1]
+            modules.append(
+                PluginModule(
+                    name=".".join(parts), filename=str(rel), source=_read(file), is_package=is_pkg
+                )
+            )
+        entry = top
+    elif path.is_file() and path.suffix == ".py":
+        top = path.stem
+        modules.append(
+            PluginModule(name=top, filename=path.name, source=_read(path), is_package=False)
+        )
+        entry = top
+    else:
+        raise SuaveplanError(
+            "SAND_VM_MODULE_IMPORT_FORBIDDEN",
+            "plugin path is not a .py file or package",
+            {"file": str(path)},
+        )
+    known = {m.name for m in modules}
+    for m in modules:
+        _, imports = check_module(m.source, m.filename)
+        for module, level, names, node in imports:
+            try:
+                resolve_import(module, level, names, m.name, m.is_package, known, top)
+            except LookupError as exc:
+                raise SuaveplanError(
+                    "SAND_VM_MODULE_IMPORT_FORBIDDEN",
+                    "import is not allowed",
+                    {
+                        "module": str(exc.args[0]),
+                        "file": m.filename,
+                        "line": getattr(node, "lineno", 0),
+                    },
+                ) from None
+    mods = tuple(modules)
+    return PluginBundle(name=top, digest=_digest(mods), entry=entry, modules=mods)
+
+
+def _read(file: Path) -> str:
+    data = file.read_bytes()
+    if len(data) > _MAX_SOURCE:
+        raise SuaveplanError(
+            "SAND_VM_SYNTAX_FORBIDDEN", "plugin source too large", {"file": file.name}
+        )
+    return data.decode("utf-8")

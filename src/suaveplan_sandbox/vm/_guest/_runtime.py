@@ -1,0 +1,599 @@
+"""Worker side: compile a checked bundle, build frozen builtins and facades, run the plugin.
+
+Design: checks are compile-time (see `_policy`); at runtime only `getattr`-family builtins,
+`type()`, `.format` and imports are guarded. Facades keep their contents out of reach of
+plain attribute access (`__getattribute__` serves only the curated mapping).
+"""
+
+from __future__ import annotations
+
+import builtins as _b
+import importlib
+import json as _json
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.vm._guest._loader import PluginBundle, resolve_import
+from suaveplan_sandbox.vm._guest._policy import (
+    ALLOWED_MODULES,
+    DIRECT_EVAL,
+    GUARD_FORMAT,
+    check_format_string,
+    check_module,
+    is_forbidden_attr,
+    norm,
+)
+
+_MAX_DEPTH: Final = 64
+# Reachable through a module facade, these would evaluate strings or run subprocesses.
+_FACADE_EXCLUDED: Final = frozenset(
+    {
+        "get_type_hints",
+        "ForwardRef",
+        "evaluate_forward_ref",
+        "get_annotations",
+        "singledispatch",
+        "singledispatchmethod",
+        "make_dataclass",
+        "getnode",
+        "uuid1",
+    }
+)
+_DANGEROUS_TYPES: Final = frozenset(
+    {
+        types.FunctionType,
+        types.CodeType,
+        types.FrameType,
+        types.GeneratorType,
+        types.CoroutineType,
+        types.AsyncGeneratorType,
+        types.TracebackType,
+        types.MethodType,
+        types.ModuleType,
+        types.CellType,
+        types.BuiltinFunctionType,
+        types.MappingProxyType,
+    }
+)
+_SAFE_BUILTINS: Final = (
+    "abs",
+    "all",
+    "any",
+    "ascii",
+    "bin",
+    "bool",
+    "bytearray",
+    "bytes",
+    "callable",
+    "chr",
+    "classmethod",
+    "complex",
+    "dict",
+    "divmod",
+    "enumerate",
+    "filter",
+    "float",
+    "format",
+    "frozenset",
+    "hash",
+    "hex",
+    "id",
+    "int",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "list",
+    "map",
+    "max",
+    "min",
+    "next",
+    "object",
+    "oct",
+    "ord",
+    "pow",
+    "property",
+    "range",
+    "repr",
+    "reversed",
+    "round",
+    "set",
+    "slice",
+    "sorted",
+    "staticmethod",
+    "str",
+    "sum",
+    "super",
+    "tuple",
+    "zip",
+    "memoryview",
+    "NotImplemented",
+    "Ellipsis",
+    "None",
+    "True",
+    "False",
+)
+
+
+class Facade:
+    """A read-only namespace: attribute reads serve a curated mapping; writes raise."""
+
+    __slots__ = ("_sp_content", "_sp_label")
+
+    def __init__(self, label: str, content: Mapping[str, object]) -> None:
+        object.__setattr__(self, "_sp_content", types.MappingProxyType(dict(content)))
+        object.__setattr__(self, "_sp_label", label)
+
+    def __getattribute__(self, name: str) -> Any:
+        content = object.__getattribute__(self, "_sp_content")
+        try:
+            return content[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise SuaveplanError("SAND_VM_GLOBALS_FROZEN", "facades are read-only")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise SuaveplanError("SAND_VM_GLOBALS_FROZEN", "facades are read-only")
+
+    def __repr__(self) -> str:
+        return f"<facade {object.__getattribute__(self, '_sp_label')}>"
+
+
+_MODULE_FACADES: dict[str, Facade] = {}
+
+
+def module_facade(name: str) -> Facade:
+    cached = _MODULE_FACADES.get(name)
+    if cached is not None:
+        return cached
+    if name == "urllib":
+        facade = Facade("urllib", {"parse": module_facade("urllib.parse")})
+    else:
+        mod = importlib.import_module(name)
+        content = {
+            k: v
+            for k in dir(mod)
+            if not k.startswith("_")
+            and k not in _FACADE_EXCLUDED
+            and not isinstance(v := getattr(mod, k), types.ModuleType)
+        }
+        if name == "io":
+            content = {k: content[k] for k in ("StringIO", "BytesIO")}
+        facade = Facade(name, content)
+    _MODULE_FACADES[name] = facade
+    return facade
+
+
+def _rejected(code: str) -> Callable[..., NoReturn]:
+    def rejected(*args: object, **kwargs: object) -> NoReturn:
+        raise SuaveplanError(code, "dynamic code execution is not available")
+
+    return rejected
+
+
+_indirect = _rejected("SAND_VM_INDIRECT_EVAL_REJECTED")
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise TypeError("attribute name must be a string")
+    n = norm(name)
+    if n.startswith("_") or is_forbidden_attr(n):
+        raise SuaveplanError("SAND_VM_ATTRIBUTE_FORBIDDEN", "attribute access is not allowed")
+    return n
+
+
+def _guarded_format(obj: object, attr: str) -> object:
+    if isinstance(obj, str):
+        method = str.format if attr == "format" else str.format_map
+        text = obj
+
+        def fmt(*args: object, **kwargs: object) -> str:
+            check_format_string(text)
+            return method(text, *args, **kwargs)  # type: ignore[arg-type]
+
+        return fmt
+    if obj is str:
+
+        def unbound(text: object, *args: object, **kwargs: object) -> str:
+            if isinstance(text, str):
+                check_format_string(text)
+            return getattr(str, attr)(text, *args, **kwargs)  # type: ignore[no-any-return]
+
+        return unbound
+    return getattr(obj, attr)
+
+
+_MISSING = object()
+
+
+def _g_getattr(obj: object, name: object, default: object = _MISSING) -> object:
+    n = _check_name(name)
+    if n in ("format", "format_map"):
+        return _guarded_format(obj, n)
+    if default is _MISSING:
+        return getattr(obj, n)
+    return getattr(obj, n, default)
+
+
+def _g_hasattr(obj: object, name: object) -> bool:
+    try:
+        _g_getattr(obj, name)
+    except (AttributeError, SuaveplanError):
+        return False
+    return True
+
+
+def _g_setattr(obj: object, name: object, value: object) -> None:
+    setattr(obj, _check_name(name), value)
+
+
+def _g_delattr(obj: object, name: object) -> None:
+    delattr(obj, _check_name(name))
+
+
+def _g_type(*args: object) -> object:
+    if len(args) != 1:
+        raise SuaveplanError(
+            "SAND_VM_INDIRECT_EVAL_REJECTED", "type() with 3 arguments is not available"
+        )
+    t = type(args[0])
+    if t in _DANGEROUS_TYPES or t is Facade or issubclass(t, type):
+        raise SuaveplanError("SAND_VM_INDIRECT_EVAL_REJECTED", "that type is not available")
+    return t
+
+
+def _direct_eval(*args: object, **kwargs: object) -> NoReturn:
+    raise SuaveplanError("SAND_VM_EVAL_REJECTED", "eval/exec/compile are not available")
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledModule:
+    name: str
+    filename: str
+    is_package: bool
+    code: types.CodeType
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledBundle:
+    name: str
+    digest: str
+    entry: str
+    modules: Mapping[str, CompiledModule]
+
+
+def compile_bundle(bundle: PluginBundle) -> CompiledBundle:
+    """Re-check every module (never trust the wire) and compile it."""
+    known = {m.name for m in bundle.modules}
+    top = bundle.entry.split(".")[0]
+    out: dict[str, CompiledModule] = {}
+    for m in bundle.modules:
+        tree, imports = check_module(m.source, m.filename)
+        for module, level, names, node in imports:
+            try:
+                resolve_import(module, level, names, m.name, m.is_package, known, top)
+            except LookupError as exc:
+                raise SuaveplanError(
+                    "SAND_VM_MODULE_IMPORT_FORBIDDEN",
+                    "import is not allowed",
+                    {
+                        "module": str(exc.args[0]),
+                        "file": m.filename,
+                        "line": getattr(node, "lineno", 0),
+                    },
+                ) from None
+        code = compile(tree, m.filename, "exec", dont_inherit=True)
+        out[m.name] = CompiledModule(m.name, m.filename, m.is_package, code)
+    return CompiledBundle(bundle.name, bundle.digest, bundle.entry, types.MappingProxyType(out))
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self) -> object:
+        return _json.loads(self.body)
+
+
+def validate_result(value: object, _depth: int = 0) -> object:
+    """Plain msgpack-able data, or SAND_VM_RESULT_INVALID."""
+    if _depth > _MAX_DEPTH:
+        raise SuaveplanError("SAND_VM_RESULT_INVALID", "result nested too deeply")
+    if value is None or type(value) in (bool, int, float, str, bytes):
+        if type(value) is int and not -(2**63) <= value < 2**64:
+            raise SuaveplanError("SAND_VM_RESULT_INVALID", "integer out of range")
+        return value
+    if type(value) in (list, tuple):
+        return [validate_result(v, _depth + 1) for v in value]  # type: ignore[attr-defined]
+    if type(value) is dict:
+        out: dict[str, object] = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise SuaveplanError("SAND_VM_RESULT_INVALID", "dict keys must be strings")
+            out[k] = validate_result(v, _depth + 1)
+        return out
+    raise SuaveplanError(
+        "SAND_VM_RESULT_INVALID", "result cannot be encoded", {"type": type(value).__name__}
+    )
+
+
+class GuestRuntime:
+    """Runs one compiled plugin in this interpreter with curated builtins and facades."""
+
+    def __init__(
+        self,
+        compiled: CompiledBundle,
+        *,
+        host_call: Callable[[str, str, dict[str, object]], object],
+        log: Callable[[str, str], None],
+    ) -> None:
+        self._compiled = compiled
+        self._host_call = host_call
+        self._log = log
+        self._modules: dict[str, types.ModuleType] = {}
+        self._handlers: dict[str, list[Callable[[object], object]]] = {}
+        self._builtins: dict[str, object] = {}
+        self._started = False
+
+    # -- building -----------------------------------------------------------------------
+    def _suaveplan(self) -> Facade:
+        hc = self._host_call
+
+        def read_bytes(path: str) -> bytes:
+            return hc("fs", "read_bytes", {"path": path})  # type: ignore[return-value]
+
+        def read_text(path: str, encoding: str = "utf-8") -> str:
+            return read_bytes(path).decode(encoding)
+
+        def write_bytes(path: str, data: bytes) -> None:
+            hc("fs", "write_bytes", {"path": path, "data": bytes(data)})
+
+        def write_text(path: str, text: str, encoding: str = "utf-8") -> None:
+            write_bytes(path, text.encode(encoding))
+
+        def list_dir(path: str) -> list[str]:
+            reply = hc("fs", "list_dir", {"path": path})
+            return [str(x) for x in reply] if isinstance(reply, list) else []
+
+        def exists(path: str) -> bool:
+            return bool(hc("fs", "exists", {"path": path}))
+
+        def fetch(
+            url: str,
+            method: str = "GET",
+            headers: Mapping[str, str] | None = None,
+            body: bytes | str | None = None,
+        ) -> Response:
+            data = body.encode() if isinstance(body, str) else bytes(body or b"")
+            pairs = [[str(k), str(v)] for k, v in (headers or {}).items()]
+            reply = hc(
+                "fetch", "request", {"url": url, "method": method, "headers": pairs, "body": data}
+            )
+            if not isinstance(reply, dict):
+                raise SuaveplanError("SAND_VM_RESULT_INVALID", "malformed fetch reply")
+            raw = reply.get("headers") or []
+            items = raw.items() if isinstance(raw, dict) else raw
+            hdrs = {str(k).lower(): str(v) for k, v in items}
+            return Response(
+                int(reply.get("status", 0)),
+                types.MappingProxyType(hdrs),
+                bytes(reply.get("body") or b""),
+            )
+
+        def query(sql: str, params: object = ()) -> list[dict[str, object]]:
+            reply = hc("db", "query", {"sql": sql, "params": list(params)})  # type: ignore[call-overload]
+            if not isinstance(reply, dict):
+                raise SuaveplanError("SAND_VM_RESULT_INVALID", "malformed db reply")
+            cols = list(reply.get("columns") or [])
+            return [dict(zip(cols, row, strict=False)) for row in reply.get("rows") or []]
+
+        def get_secret(name: str) -> object:
+            return hc("secrets", "get", {"name": name})
+
+        def publish(topic: str, payload: object = None) -> None:
+            hc("events", "publish", {"topic": topic, "payload": validate_result(payload)})
+
+        handlers = self._handlers
+
+        def subscribe(
+            topic: str,
+        ) -> Callable[[Callable[[object], object]], Callable[[object], object]]:
+            if not isinstance(topic, str):
+                raise TypeError("topic must be a string")
+
+            def register(fn: Callable[[object], object]) -> Callable[[object], object]:
+                handlers.setdefault(topic, []).append(fn)
+                return fn
+
+            return register
+
+        logf = self._log
+
+        def level(name: str) -> Callable[..., None]:
+            def emit(msg: object, *args: object) -> None:
+                text = str(msg) % args if args else str(msg)
+                logf(name, text)
+
+            return emit
+
+        return Facade(
+            "suaveplan",
+            {
+                "fs": Facade(
+                    "suaveplan.fs",
+                    {
+                        "read_bytes": read_bytes,
+                        "read_text": read_text,
+                        "write_bytes": write_bytes,
+                        "write_text": write_text,
+                        "list_dir": list_dir,
+                        "exists": exists,
+                    },
+                ),
+                "fetch": fetch,
+                "db": Facade("suaveplan.db", {"query": query}),
+                "secrets": Facade("suaveplan.secrets", {"get": get_secret}),
+                "events": Facade("suaveplan.events", {"publish": publish, "subscribe": subscribe}),
+                "log": Facade(
+                    "suaveplan.log", {n: level(n) for n in ("debug", "info", "warning", "error")}
+                ),
+                "SuaveplanError": SuaveplanError,
+            },
+        )
+
+    def _make_builtins(self) -> dict[str, object]:
+        b: dict[str, object] = {n: getattr(_b, n) for n in _SAFE_BUILTINS}
+        for name in dir(_b):
+            v = getattr(_b, name)
+            if isinstance(v, type) and issubclass(v, BaseException) and not name.startswith("_"):
+                b[name] = v
+        logf = self._log
+
+        def print_(
+            *args: object,
+            sep: str | None = " ",
+            end: str | None = "\n",
+            file: object = None,
+            flush: bool = False,
+        ) -> None:
+            if file is not None:
+                raise SuaveplanError("SAND_VM_NAME_UNAVAILABLE", "print(file=...) is not available")
+            text = (sep if sep is not None else " ").join(str(a) for a in args)
+            logf("info", text)
+
+        b.update(
+            {
+                "print": print_,
+                "getattr": _g_getattr,
+                "hasattr": _g_hasattr,
+                "setattr": _g_setattr,
+                "delattr": _g_delattr,
+                "type": _g_type,
+                "eval": _indirect,
+                "exec": _indirect,
+                "compile": _indirect,
+                DIRECT_EVAL: _direct_eval,
+                GUARD_FORMAT: _guarded_format,
+                "__build_class__": _b.__build_class__,
+                "__import__": self._import,
+                "__name__": "builtins",
+            }
+        )
+        return b
+
+    def _import(
+        self,
+        name: str,
+        globals: Mapping[str, object] | None = None,
+        locals: object = None,
+        fromlist: tuple[str, ...] | None = (),
+        level: int = 0,
+    ) -> object:
+        forbidden = SuaveplanError(
+            "SAND_VM_MODULE_IMPORT_FORBIDDEN", "import is not allowed", {"module": str(name)}
+        )
+        fromlist = tuple(fromlist or ())
+        if level == 0:
+            if name not in ALLOWED_MODULES:
+                raise forbidden
+            if name == "suaveplan":
+                return self._builtins["__sp_suaveplan__"]
+            if name == "urllib.parse" and not fromlist:
+                return module_facade("urllib")
+            return module_facade(name)
+        pkg = str((globals or {}).get("__package__") or "")
+        base = pkg.split(".")
+        if level - 1 >= len(base):
+            raise forbidden
+        base = base[: len(base) - (level - 1)]
+        target = ".".join([*base, *([name] if name else [])])
+        if target not in self._compiled.modules:
+            raise forbidden
+        mod = self._load(target)
+        for sub in fromlist:
+            full = f"{target}.{sub}"
+            if full in self._compiled.modules:
+                setattr(mod, sub, self._load(full))
+        return mod
+
+    def _load(self, name: str) -> types.ModuleType:
+        mod = self._modules.get(name)
+        if mod is not None:
+            return mod
+        cm = self._compiled.modules[name]
+        mod = types.ModuleType(name)
+        g = mod.__dict__
+        for k in ("__loader__", "__spec__", "__doc__"):
+            g.pop(k, None)
+        g["__builtins__"] = self._builtins
+        g["__package__"] = name if cm.is_package else name.rpartition(".")[0]
+        g["__file__"] = cm.filename
+        self._modules[name] = mod
+        try:
+            exec(cm.code, g)  # noqa: S102 -- the plugin's own checked code, compiled in this worker
+        except BaseException:
+            del self._modules[name]
+            raise
+        return mod
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._builtins = self._make_builtins()
+        self._builtins["__sp_suaveplan__"] = self._suaveplan()
+        self._started = True
+        self._guarded(lambda: self._load(self._compiled.entry))
+
+    # -- calling ------------------------------------------------------------------------
+    def _guarded(self, fn: Callable[[], object]) -> object:
+        try:
+            return fn()
+        except SuaveplanError:
+            raise
+        except NameError as exc:
+            raise SuaveplanError(
+                "SAND_VM_NAME_UNAVAILABLE",
+                "name is not available",
+                {"name": str(getattr(exc, "name", "") or "")},
+            ) from None
+        except (Exception, SystemExit) as exc:
+            raise SuaveplanError(
+                "SAND_VM_PLUGIN_ERROR",
+                "the plugin raised an exception",
+                {"type": type(exc).__name__, "message": str(exc)[:500]},
+            ) from None
+
+    def call(self, name: str, args: list[object], kwargs: dict[str, object]) -> object:
+        if not self._started:
+            self.start()
+        entry = self._modules[self._compiled.entry]
+        fn = entry.__dict__.get(name) if isinstance(name, str) else None
+        if (
+            fn is None
+            or name.startswith("_")
+            or not isinstance(fn, types.FunctionType)
+            or fn.__module__ not in self._compiled.modules
+        ):
+            raise SuaveplanError(
+                "SAND_VM_NO_SUCH_FUNCTION", "no such public function", {"name": str(name)[:200]}
+            )
+        return validate_result(self._guarded(lambda: fn(*args, **kwargs)))
+
+    def subscriptions(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def deliver(self, topic: str, payload: object) -> None:
+        for handler in list(self._handlers.get(topic, ())):
+            self._guarded(lambda h=handler: h(payload))  # type: ignore[misc]
