@@ -113,8 +113,6 @@ def resolve_import(  # noqa: PLR0917
                 raise LookupError(module)
             if module == "io" and any(n not in IO_NAMES for n in names):
                 raise LookupError(module)
-            if module == "io" and not names:
-                raise LookupError(module)
             return []
         if root == top and root in known:
             raise LookupError(module)  # absolute self-import: use relative imports
