@@ -426,9 +426,7 @@ class Gateway:
 
         return publish
 
-    def _subscribe_call(
-        self, topic: str, handler: EventHandler
-    ) -> Callable[[], Awaitable[object]]:
+    def _subscribe_call(self, topic: str, handler: EventHandler) -> Callable[[], Awaitable[object]]:
         async def subscribe() -> object:
             adapter = self._adapter("events")
             sub: Subscription = await adapter.subscribe(  # type: ignore[attr-defined]

@@ -1,0 +1,266 @@
+"""The plugin manifest: loaded from a dict, JSON or TOML, validated by pydantic.
+
+Every failure is one `SAND_MANIFEST_INVALID` error whose details list each problem with its
+field path (`permissions.fs[1]`) and, for rule lists, the rule index. Rules are validated by
+compiling them with the same matchers the checker uses, so a manifest that loads is a manifest
+the checker can enforce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal, final
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
+from pydantic import ValidationError as PydanticValidationError
+
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.permissions._fetch_rules import FetchRuleError, FetchRuleSet
+from suaveplan_sandbox.permissions._fs_rules import FsRuleError, FsRuleSet
+from suaveplan_sandbox.permissions._topic_rules import validate_topic_rule
+
+MAX_MANIFEST_BYTES: Final = 1024 * 1024
+PLUGIN_NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+TABLE_PREFIX_PATTERN: Final = r"^[a-z][a-z0-9_]{0,30}_$"
+SECRET_NAME_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"  # noqa: S105 — a name pattern
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class _RuleError(ValueError):
+    """A rule list entry is bad; carries the index so the error path can name it."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.message = message
+
+
+@final
+class Budgets(_Strict):
+    """Per-guest limits. Any dimension left out is not enforced (rlimits remain a backstop)."""
+
+    cpu_percent: Annotated[StrictInt | StrictFloat, Field(gt=0, le=6400)] | None = Field(
+        default=None, alias="cpuPercent"
+    )
+    memory_mb: Annotated[StrictInt, Field(gt=0, le=1024 * 1024)] | None = Field(
+        default=None, alias="memoryMb"
+    )
+    wall_clock_ms: Annotated[StrictInt, Field(gt=0, le=24 * 3600 * 1000)] | None = Field(
+        default=None, alias="wallClockMs"
+    )
+
+
+@final
+class PermissionsBlock(_Strict):
+    fs: tuple[StrictStr, ...] = ()
+    fetch: tuple[StrictStr, ...] = ()
+    budgets: Budgets = Budgets()
+
+    @field_validator("fs")
+    @classmethod
+    def _fs_rules_compile(cls, rules: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            FsRuleSet(rules)
+        except FsRuleError as exc:
+            raise _RuleError(exc.index, exc.message) from None
+        return rules
+
+    @field_validator("fetch")
+    @classmethod
+    def _fetch_rules_compile(cls, rules: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            FetchRuleSet(rules)
+        except FetchRuleError as exc:
+            raise _RuleError(exc.index, exc.message) from None
+        return rules
+
+
+@final
+class DatabaseBlock(_Strict):
+    table_prefix: Annotated[StrictStr, Field(pattern=TABLE_PREFIX_PATTERN)] = Field(
+        alias="tablePrefix"
+    )
+    migrations: StrictStr | None = None
+
+    @field_validator("migrations")
+    @classmethod
+    def _migrations_relative(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = Path(value).parts
+        if not value or Path(value).is_absolute() or ".." in parts or "\x00" in value:
+            raise ValueError("migrations is a folder relative to the plugin, without '..'")
+        return value
+
+
+@final
+class SecretDecl(_Strict):
+    name: Annotated[StrictStr, Field(pattern=SECRET_NAME_PATTERN)]
+
+
+@final
+class EventsBlock(_Strict):
+    publishes: tuple[StrictStr, ...] = ()
+    subscribes: tuple[StrictStr, ...] = ()
+
+    @field_validator("publishes", "subscribes")
+    @classmethod
+    def _topics_valid(cls, rules: tuple[str, ...]) -> tuple[str, ...]:
+        for index, rule in enumerate(rules):
+            problem = validate_topic_rule(rule)
+            if problem is not None:
+                raise _RuleError(index, problem)
+        return rules
+
+
+@final
+class Manifest(_Strict):
+    """A validated plugin manifest. Field names follow the spec's camelCase on the wire."""
+
+    name: Annotated[StrictStr, Field(pattern=PLUGIN_NAME_PATTERN)]
+    version: StrictStr | None = None
+    description: StrictStr | None = None
+    kind: Literal["python", "wasm"] | None = None
+    entry: StrictStr | None = None
+    permissions: PermissionsBlock = PermissionsBlock()
+    database: DatabaseBlock | None = None
+    secrets: tuple[SecretDecl, ...] = ()
+    events: EventsBlock = EventsBlock()
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names_unique(cls, decls: tuple[SecretDecl, ...]) -> tuple[SecretDecl, ...]:
+        seen: set[str] = set()
+        for index, decl in enumerate(decls):
+            if decl.name in seen:
+                raise _RuleError(index, "secret declared twice")
+            seen.add(decl.name)
+        return decls
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_relative(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value or Path(value).is_absolute() or ".." in Path(value).parts or "\x00" in value:
+            raise ValueError("entry is a path relative to the manifest, without '..'")
+        return value
+
+    @property
+    def table_prefix(self) -> str | None:
+        return None if self.database is None else self.database.table_prefix
+
+    @property
+    def secret_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.secrets)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as the camelCase mapping it was loaded from (defaults filled in)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _manifest_error(problems: list[dict[str, WireValue]], what: str) -> SuaveplanError:
+    first = problems[0] if problems else {}
+    details: dict[str, WireValue] = {"errors": list(problems)}
+    for key in ("path", "field", "index"):
+        if key in first:
+            details[key] = first[key]
+    summary = "; ".join(f"{p.get('path', '?')}: {p.get('message', '')}" for p in problems[:5])
+    return SuaveplanError("SAND_MANIFEST_INVALID", f"invalid manifest ({what}): {summary}", details)
+
+
+def _problems(exc: PydanticValidationError) -> list[dict[str, WireValue]]:
+    problems: list[dict[str, WireValue]] = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        field_path = _location(tuple(p for p in loc if not isinstance(p, int)))
+        index: int | None = next((p for p in reversed(loc) if isinstance(p, int)), None)
+        ctx = err.get("ctx") or {}
+        cause = ctx.get("error")
+        message = str(err["msg"])
+        if isinstance(cause, _RuleError):
+            index = cause.index
+            message = cause.message
+            loc = (*loc, index)
+        elif message.startswith("Value error, "):
+            message = message.removeprefix("Value error, ")
+        problem: dict[str, WireValue] = {
+            "path": _location(loc),
+            "field": field_path,
+            "message": message,
+            "type": str(err["type"]),
+        }
+        if index is not None:
+            problem["index"] = index
+        problems.append(problem)
+    return problems
+
+
+def parse_manifest(data: object, *, source: str = "dict") -> Manifest:
+    """Validate a manifest mapping. Raises `SAND_MANIFEST_INVALID` with field paths."""
+    if isinstance(data, Manifest):
+        return data
+    if not isinstance(data, Mapping):
+        raise _manifest_error(
+            [{"path": "", "field": "", "message": "a manifest is a mapping"}], source
+        )
+    try:
+        return Manifest.model_validate(dict(data))
+    except PydanticValidationError as exc:
+        raise _manifest_error(_problems(exc), source) from None
+
+
+def load_manifest(source: Mapping[str, object] | Manifest | str | os.PathLike[str]) -> Manifest:
+    """Load a manifest from a mapping, or a `.json` / `.toml` file."""
+    if not isinstance(source, str | os.PathLike):
+        return parse_manifest(source)
+    path = Path(source)
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise _manifest_error(
+            [{"path": "", "field": "", "message": f"cannot read manifest file: {exc.strerror}"}],
+            path.name,
+        ) from exc
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise _manifest_error(
+            [{"path": "", "field": "", "message": "manifest file is larger than 1 MiB"}], path.name
+        )
+    try:
+        if path.suffix == ".toml":
+            data: object = tomllib.loads(raw.decode("utf-8"))
+        elif path.suffix == ".json":
+            data = json.loads(raw.decode("utf-8"))
+        else:
+            raise ValueError("manifest files end in .json or .toml")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _manifest_error(
+            [{"path": "", "field": "", "message": f"cannot parse: {exc}"[:300]}], path.name
+        ) from None
+    return parse_manifest(data, source=path.name)

@@ -1,0 +1,127 @@
+"""`PermissionPolicy`: the manifest's rules, verbatim, with every matcher compiled up front."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal, final
+
+from suaveplan_sandbox.permissions._fetch_rules import FetchRuleSet
+from suaveplan_sandbox.permissions._fs_rules import FsRuleSet
+from suaveplan_sandbox.permissions._manifest import Budgets, Manifest, load_manifest
+from suaveplan_sandbox.permissions._sql_gate import SqlGate
+from suaveplan_sandbox.permissions._topic_rules import TopicRuleSet
+
+SqlDialect = Literal["sqlite", "postgres"]
+
+
+@final
+class PermissionPolicy:
+    """What one plugin may touch. Immutable; built only from a manifest.
+
+    `root` is the directory the plugin's filesystem rules are relative to (the plugin sees it
+    as `/`). `sql_dialect` is the host's database dialect, not the plugin's choice.
+    """
+
+    __slots__ = (
+        "_budgets",
+        "_fetch",
+        "_fs",
+        "_manifest",
+        "_publishes",
+        "_root",
+        "_sql",
+        "_subscribes",
+    )
+
+    def __init__(self, manifest: Manifest, *, root: Path, sql_dialect: SqlDialect) -> None:
+        self._manifest = manifest
+        self._root = root
+        self._fs = FsRuleSet(manifest.permissions.fs)
+        self._fetch = FetchRuleSet(manifest.permissions.fetch)
+        self._sql = SqlGate(manifest.table_prefix, dialect=sql_dialect)
+        self._publishes = TopicRuleSet(manifest.events.publishes)
+        self._subscribes = TopicRuleSet(manifest.events.subscribes)
+        self._budgets = manifest.permissions.budgets
+
+    @classmethod
+    def from_manifest(
+        cls,
+        manifest: Manifest | Mapping[str, object] | str | os.PathLike[str],
+        *,
+        root: str | os.PathLike[str],
+        sql_dialect: SqlDialect = "sqlite",
+    ) -> PermissionPolicy:
+        """Build a policy. Raises `SAND_MANIFEST_INVALID` for a bad manifest."""
+        if sql_dialect not in ("sqlite", "postgres"):
+            raise ValueError("sql_dialect is 'sqlite' or 'postgres'")
+        return cls(load_manifest(manifest), root=Path(root).absolute(), sql_dialect=sql_dialect)
+
+    def __repr__(self) -> str:
+        return f"PermissionPolicy(plugin={self.plugin!r}, root={str(self._root)!r})"
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def plugin(self) -> str:
+        return self._manifest.name
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def fs_rules(self) -> tuple[str, ...]:
+        return self._fs.rules
+
+    @property
+    def fetch_rules(self) -> tuple[str, ...]:
+        return self._fetch.rules
+
+    @property
+    def table_prefix(self) -> str | None:
+        return self._manifest.table_prefix
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return self._manifest.secret_names
+
+    @property
+    def publishes(self) -> tuple[str, ...]:
+        return self._publishes.rules
+
+    @property
+    def subscribes(self) -> tuple[str, ...]:
+        return self._subscribes.rules
+
+    @property
+    def budgets(self) -> Budgets:
+        return self._budgets
+
+    @property
+    def sql_dialect(self) -> str:
+        return self._sql.dialect
+
+    # Compiled matchers, for hosts (the WASM host reads `fs.preopens()`).
+    @property
+    def fs(self) -> FsRuleSet:
+        return self._fs
+
+    @property
+    def fetch(self) -> FetchRuleSet:
+        return self._fetch
+
+    @property
+    def sql(self) -> SqlGate:
+        return self._sql
+
+    @property
+    def publish_rules(self) -> TopicRuleSet:
+        return self._publishes
+
+    @property
+    def subscribe_rules(self) -> TopicRuleSet:
+        return self._subscribes

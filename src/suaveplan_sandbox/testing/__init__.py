@@ -1,0 +1,32 @@
+"""Test support for hosts: `FakeClock`, in-memory adapters, and the conformance harnesses."""
+
+from suaveplan_sandbox.testing._clock import FakeClock
+from suaveplan_sandbox.testing._fakes import (
+    DictSecrets,
+    FakeDb,
+    FakeFetch,
+    InMemoryEvents,
+    InMemoryFs,
+)
+from suaveplan_sandbox.testing._permissions_conformance import (
+    PERMISSIONS_SCENARIOS,
+    PermissionsFactory,
+    make_fixture_checker,
+    run_permissions_conformance,
+)
+from suaveplan_sandbox.testing._scenarios import Scenario, run_scenarios
+
+__all__ = [
+    "PERMISSIONS_SCENARIOS",
+    "DictSecrets",
+    "FakeClock",
+    "FakeDb",
+    "FakeFetch",
+    "InMemoryEvents",
+    "InMemoryFs",
+    "PermissionsFactory",
+    "Scenario",
+    "make_fixture_checker",
+    "run_permissions_conformance",
+    "run_scenarios",
+]
