@@ -48,6 +48,8 @@ _COMMON_FUNCTIONS: Final = frozenset(
         # misc scalars
         "typeof", "random", "randomblob", "zeroblob", "changes", "last_insert_rowid",
         "row_number", "rank", "dense_rank", "lag", "lead", "first_value", "last_value",
+        "json_extract_scalar", "json_extract_array", "json_array_agg", "current_date",
+        "current_time", "current_timestamp", "str_position", "time_str_to_time", "try_cast",
         "ntile", "percent_rank", "cume_dist", "nth_value", "like", "glob", "exists",
     }
 )  # fmt: skip
@@ -60,7 +62,8 @@ POSTGRES_SAFE_FUNCTIONS: Final[frozenset[str]] = (
 ) | frozenset(
     {"now", "date_trunc", "extract", "to_char", "array_agg", "bool_and", "bool_or",
      "jsonb_build_object", "json_build_object", "jsonb_extract_path_text", "btrim",
-     "char_length", "position", "md5", "split_part", "timestamptrunc", "datetrunc"}
+     "char_length", "position", "md5", "split_part", "timestamp_trunc",
+     "json_b_extract", "json_b_extract_scalar"}
 )  # fmt: skip
 
 _SYSTEM_NAMES: Final = frozenset(
@@ -87,7 +90,8 @@ _QUERY_NODES: Final[frozenset[type[exp.Expr]]] = frozenset(
         exp.Returning, exp.OnConflict, exp.Values, exp.Schema, exp.DataType, exp.Escape,
         exp.Collate, exp.Exists, exp.Any, exp.All, exp.NullSafeEQ, exp.NullSafeNEQ,
         exp.Lateral, exp.Var, exp.Interval, exp.Filter,
-        exp.PrimaryKeyColumnConstraint,
+        exp.PrimaryKeyColumnConstraint, exp.RawString, exp.JSONPath, exp.JSONPathRoot,
+        exp.JSONPathKey, exp.JSONPathSubscript,
     }
 )  # fmt: skip
 
@@ -159,10 +163,10 @@ class _Walk:
 
     def visit(self, node: exp.Expr, ctes: frozenset[str]) -> None:
         kind = type(node)
-        if isinstance(node, exp.Func):
+        if kind not in self.nodes:
+            if not isinstance(node, exp.Func):
+                raise _Rejected
             self.function(node)
-        elif kind not in self.nodes:
-            raise _Rejected
         with_ = node.args.get("with_") if kind is not exp.CTE else None
         if isinstance(with_, exp.With):
             ctes = self.with_clause(with_, ctes)

@@ -1,0 +1,239 @@
+"""The SQL gate: vectors, per-construct units, and a differential check against real SQLite."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
+from suaveplan_sandbox.permissions._sql_gate import (
+    POSTGRES_SAFE_FUNCTIONS,
+    SQLITE_SAFE_FUNCTIONS,
+    SqlGate,
+)
+
+_VECTORS: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent.parent / "vectors" / "sql.json").read_text(encoding="utf-8")
+)["cases"]
+
+
+def _outcome(decision: Allow | Deny) -> str:
+    return "allow" if isinstance(decision, Allow) else decision.reason.value
+
+
+def _id(case: dict[str, Any]) -> str:
+    return f"{case['dialect']}-{case['expect']}-{case['note']}"
+
+
+@pytest.mark.parametrize("case", _VECTORS, ids=[_id(c) for c in _VECTORS])
+def test_vector_decides_as_recorded(case: dict[str, Any]) -> None:
+    gate = SqlGate(case["prefix"], dialect=case["dialect"])
+    assert _outcome(gate.check_query(case["sql"])) == case["expect"]
+
+
+def test_vector_file_has_enough_cases_with_both_sides() -> None:
+    assert len(_VECTORS) >= 80
+    assert sum(c["expect"] == "allow" for c in _VECTORS) >= 20
+    assert sum(c["expect"] != "allow" for c in _VECTORS) >= 50
+
+
+GATE = SqlGate("billing_")
+
+
+def test_allow_carries_the_prefix_rule_and_the_sql_text_verbatim() -> None:
+    sql = "  select * from billing_x ; "
+    assert GATE.check_query(sql) == Allow(rule="billing_", target=sql)
+
+
+@pytest.mark.parametrize("sql", [None, 1, b"select 1", "", "   ", ["select 1"]])
+def test_non_string_or_empty_sql_is_a_malformed_payload(sql: object) -> None:
+    assert GATE.check_query(sql) == Deny(capability="db", reason=DenyReason.MALFORMED_PAYLOAD)
+
+
+@pytest.mark.parametrize("params", [None, "ab", {"a": 1}, [[1]], [object()], ({1},), 5])
+def test_params_must_be_a_sequence_of_plain_scalars(params: object) -> None:
+    decision = GATE.check_query("select * from billing_x where a = ?", params)
+    assert decision == Deny(capability="db", reason=DenyReason.MALFORMED_PAYLOAD)
+
+
+def test_plain_scalar_params_are_accepted() -> None:
+    sql = "select * from billing_x where a = ?"
+    assert GATE.check_query(sql, [None, True, 1, 1.5, "s", b"b"]).allowed
+    assert GATE.check_query(sql, (1,)).allowed
+
+
+def test_a_repeated_statement_is_served_from_the_cache() -> None:
+    gate = SqlGate("billing_", cache_size=2)
+    first = gate.check_query("select * from billing_x")
+    assert gate.check_query("select * from billing_x") is first
+
+
+def test_the_cache_is_bounded_and_evicts_least_recently_used() -> None:
+    gate = SqlGate("billing_", cache_size=2)
+    a = gate.check_query("select 1 from billing_a")
+    gate.check_query("select 1 from billing_b")
+    gate.check_query("select 1 from billing_a")
+    gate.check_query("select 1 from billing_c")
+    assert gate.check_query("select 1 from billing_a") is a
+    assert len(gate._cache) == 2
+
+
+def test_cache_does_not_skip_param_validation() -> None:
+    gate = SqlGate("billing_")
+    assert gate.check_query("select * from billing_x", ()).allowed
+    assert not gate.check_query("select * from billing_x", [object()]).allowed
+
+
+@pytest.mark.parametrize("prefix", [None, ""])
+def test_no_prefix_puts_every_table_out_of_scope(prefix: str | None) -> None:
+    gate = SqlGate(prefix)
+    assert gate.check_query("SELECT 1").allowed
+    assert _outcome(gate.check_query("select * from x")) == "table-out-of-scope"
+    assert _outcome(gate.check_table("x")) == "table-out-of-scope"
+
+
+def test_unknown_dialect_is_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="dialect"):
+        SqlGate("billing_", dialect="mysql")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "expect"),
+    [
+        ("billing_invoices", "allow"),
+        ("BILLING_invoices", "allow"),
+        ("users", "table-out-of-scope"),
+        ("billingx", "table-out-of-scope"),
+        ("main.billing_x", "table-out-of-scope"),
+        ("billing_x; drop table users", "table-out-of-scope"),
+        ('"billing_x"', "table-out-of-scope"),
+        ("b\u0456lling_x", "table-out-of-scope"),
+        ("", "malformed-payload"),
+        (None, "malformed-payload"),
+        (3, "malformed-payload"),
+    ],
+)
+def test_table_payload_must_be_a_plain_prefixed_identifier(name: object, expect: str) -> None:
+    assert _outcome(GATE.check_table(name)) == expect
+
+
+def test_referenced_tables_excludes_cte_names_and_folds_case() -> None:
+    sql = (
+        "with t as (select * from Billing_A) "
+        'select * from t join "billing_B" on 1 where exists (select 1 from users)'
+    )
+    assert GATE.referenced_tables(sql) == frozenset({"billing_a", "billing_B", "users"})
+
+
+def test_referenced_tables_of_unparsable_sql_is_empty() -> None:
+    assert GATE.referenced_tables("select * from") == frozenset()
+
+
+def test_migration_allows_ddl_on_prefixed_objects_and_denies_the_rest() -> None:
+    decisions = SqlGate("billing_").check_migration(
+        """
+        CREATE TABLE billing_x (id INTEGER PRIMARY KEY, a TEXT NOT NULL DEFAULT '');
+        CREATE INDEX billing_x_a ON billing_x (a);
+        INSERT INTO billing_x (a) VALUES ('seed');
+        CREATE TABLE users (id INTEGER);
+        CREATE INDEX idx ON billing_x (a);
+        DROP TABLE billing_x;
+        ATTACH DATABASE '/tmp/x' AS x;
+        PRAGMA journal_mode = WAL;
+        """
+    )
+    assert [_outcome(d) for d in decisions] == [
+        "allow",
+        "allow",
+        "allow",
+        "table-out-of-scope",
+        "table-out-of-scope",
+        "allow",
+        "statement-not-permitted",
+        "statement-not-permitted",
+    ]
+
+
+def test_migration_that_does_not_parse_is_denied() -> None:
+    assert [_outcome(d) for d in GATE.check_migration("CREATE TABLE (")] == [
+        "statement-not-permitted"
+    ]
+
+
+def test_function_allowlists_are_lower_case_and_exclude_dangerous_functions() -> None:
+    for names in (SQLITE_SAFE_FUNCTIONS, POSTGRES_SAFE_FUNCTIONS):
+        assert all(n == n.lower() for n in names)
+        assert not names & {"load_extension", "readfile", "writefile", "pg_read_file",
+                            "lo_import", "dblink", "json_each", "generate_series"}  # fmt: skip
+
+
+# -- differential: what SQLite itself touches for every allowed sqlite vector ---------------
+
+_SQLITE_ALLOWED = [
+    c for c in _VECTORS if c["dialect"] == "sqlite" and c["expect"] == "allow" and c["prefix"]
+]
+_TABLE_ACTIONS = {sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE,
+                  sqlite3.SQLITE_DELETE}  # fmt: skip
+
+
+_DECOYS = frozenset({"users", "a", "b", "t", "u", "r"})
+
+
+def _database_for(gate: SqlGate, sql: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:")
+    # Decoys named like the vectors' CTEs: if SQLite resolved a CTE name to a real table, the
+    # authorizer would report the decoy and the assertion below would fail.
+    tables = set(gate.referenced_tables(sql)) | {"billing_x", "billing_y"} | _DECOYS
+    for table in tables:
+        quoted = '"' + table.replace('"', '""') + '"'
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {quoted} "  # names from our own vectors
+            "(id INTEGER PRIMARY KEY, a UNIQUE, b, c, doc, name, x, ts)"
+        )
+    return conn
+
+
+@pytest.mark.parametrize("case", _SQLITE_ALLOWED, ids=[_id(c) for c in _SQLITE_ALLOWED])
+def test_sqlite_engine_touches_only_prefixed_tables_for_allowed_vectors(
+    case: dict[str, Any],
+) -> None:
+    gate = SqlGate(case["prefix"])
+    conn = _database_for(gate, case["sql"])
+    touched: set[str] = set()
+    actions: set[int] = set()
+
+    def authorizer(action: int, arg1: str | None, arg2: str | None, db: str | None,
+                   trigger: str | None) -> int:  # fmt: skip
+        actions.add(action)
+        if action in _TABLE_ACTIONS and arg1 is not None:
+            touched.add(arg1)
+        return sqlite3.SQLITE_OK
+
+    conn.set_authorizer(authorizer)
+    sql = case["sql"]
+    params = (None,) * sql.count("?")
+    conn.execute(sql, params)
+    conn.set_authorizer(None)
+    assert all(t.startswith(case["prefix"]) for t in touched), touched
+    assert sqlite3.SQLITE_ATTACH not in actions
+    assert sqlite3.SQLITE_PRAGMA not in actions
+
+
+def test_engine_authorizer_sees_the_table_the_parser_sees_in_a_cte_body() -> None:
+    sql = "with t as (select * from billing_x) select * from t"
+    conn = _database_for(GATE, sql)
+    touched: set[str] = set()
+
+    def authorizer(action: int, arg1: str | None, *_: str | None) -> int:
+        if action == sqlite3.SQLITE_READ and arg1 is not None:
+            touched.add(arg1)
+        return sqlite3.SQLITE_OK
+
+    conn.set_authorizer(authorizer)
+    conn.execute(sql)
+    assert touched == {"billing_x"}
+    assert GATE.referenced_tables(sql) == frozenset({"billing_x"})
