@@ -349,7 +349,13 @@ class GuestRuntime:
 
     # -- building -----------------------------------------------------------------------
     def _suaveplan(self) -> Facade:
-        hc = self._host_call
+        raw_call = self._host_call
+
+        def hc(cap: str, op: str, args: dict[str, object]) -> object:
+            # Only plain data reaches the wire encoder: never a guest-defined object.
+            plain = validate_result(args)
+            assert isinstance(plain, dict)
+            return raw_call(cap, op, plain)
 
         def read_bytes(path: str) -> bytes:
             return hc("fs", "read_bytes", {"path": path})  # type: ignore[return-value]
