@@ -1,5 +1,6 @@
 """Host adapters: the only code that touches files, networks, databases, secrets and buses."""
 
+from suaveplan_sandbox.adapters._fs import BeneathRootFs
 from suaveplan_sandbox.adapters._protocols import (
     Adapters,
     AuditRecord,
@@ -20,6 +21,7 @@ __all__ = [
     "Adapters",
     "AuditRecord",
     "AuditSink",
+    "BeneathRootFs",
     "DbAdapter",
     "EventHandler",
     "EventsAdapter",

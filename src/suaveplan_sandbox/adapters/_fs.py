@@ -1,0 +1,311 @@
+"""`BeneathRootFs`: files beneath a root directory, never through a symbolic link.
+
+Theory of operation: the root is opened once as a directory fd. Every request walks from that
+fd, one component at a time, with `O_NOFOLLOW` (or a single `openat2` with
+`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` where the kernel has it).
+*Every* symbolic link is refused (`SAND_FS_LINK_REFUSED`), including links that would stay
+inside the root: following none is the only rule that a rename race cannot turn into an
+escape, because the kernel re-checks each component at the moment it is opened.
+
+Writes are atomic: a temp file in the same directory (through the directory fd), `fsync`,
+`rename` over the target, then `fsync` of the directory. A writer killed at any point leaves
+either the old file or the new one, never a mix. Renaming over a symlink replaces the link
+itself; its target is never written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Final, NoReturn, final
+
+from suaveplan_sandbox.errors import SuaveplanError
+
+_SYS_OPENAT2: Final = 437
+_RESOLVE_NO_MAGICLINKS: Final = 0x02
+_RESOLVE_NO_SYMLINKS: Final = 0x04
+_RESOLVE_BENEATH: Final = 0x08
+_DEFAULT_MAX_READ: Final = 16 * 1024 * 1024
+_DEFAULT_MAX_WRITE: Final = 16 * 1024 * 1024
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+def _load_openat2() -> object | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syscall
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_long
+    return fn
+
+
+_SYSCALL = _load_openat2()
+
+
+def _raise(code: str, message: str, exc: BaseException | None = None) -> NoReturn:
+    raise SuaveplanError(code, message, cause=exc)
+
+
+def _translate(exc: OSError) -> NoReturn:
+    # Messages never name the path: an adapter error may travel back to the guest.
+    if exc.errno == errno.ENOENT:
+        _raise("SAND_FS_NOT_FOUND", "no such file or directory", exc)
+    if exc.errno in (errno.ELOOP, errno.EXDEV, errno.EMLINK):
+        _raise("SAND_FS_LINK_REFUSED", "the path crosses a symbolic link", exc)
+    if exc.errno in (errno.ENOTDIR, errno.EISDIR):
+        _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected, or the reverse", exc)
+    _raise("SAND_FS_IO_ERROR", f"the operating system refused the operation ({exc.strerror})", exc)
+
+
+def _components(path: str) -> list[str]:
+    if path in (".", ""):
+        return []
+    parts = path.split("/")
+    for part in parts:
+        # The gateway hands us normalised paths; anything else is a host bug, refused anyway.
+        if part in ("", ".", "..") or "\0" in part:
+            _raise("SAND_FS_IO_ERROR", "the path is not normalised")
+    return parts
+
+
+@final
+class BeneathRootFs:
+    """The default `FsAdapter`: reads, atomic writes and listings beneath `root`."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_read_bytes: int = _DEFAULT_MAX_READ,
+        max_write_bytes: int = _DEFAULT_MAX_WRITE,
+        use_openat2: bool | None = None,
+    ) -> None:
+        self._root = Path(root)
+        self._root_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.max_read_bytes = max_read_bytes
+        self.max_write_bytes = max_write_bytes
+        self._openat2 = _SYSCALL is not None and use_openat2 is not False
+        if self._openat2 and not self._probe_openat2():
+            if use_openat2:
+                _raise("SAND_FS_IO_ERROR", "openat2 is not available on this kernel")
+            self._openat2 = False
+
+    def __repr__(self) -> str:
+        return f"BeneathRootFs(root={str(self._root)!r}, openat2={self._openat2})"
+
+    @property
+    def uses_openat2(self) -> bool:
+        return self._openat2
+
+    def close(self) -> None:
+        if self._root_fd >= 0:
+            os.close(self._root_fd)
+            self._root_fd = -1
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            self.close()
+
+    # -- resolution -------------------------------------------------------------------------
+
+    def _probe_openat2(self) -> bool:
+        try:
+            fd = self._openat2_call(self._root_fd, ".", _DIR_FLAGS & ~os.O_NOFOLLOW)
+        except OSError:
+            return False
+        os.close(fd)
+        return True
+
+    def _openat2_call(self, dir_fd: int, rel: str, flags: int, mode: int = 0) -> int:
+        # openat2 rejects a mode without O_CREAT (EINVAL).
+        how = _OpenHow(
+            flags,
+            mode if flags & os.O_CREAT else 0,
+            _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
+        )
+        assert _SYSCALL is not None
+        fd = int(
+            _SYSCALL(  # type: ignore[operator]
+                ctypes.c_long(_SYS_OPENAT2),
+                ctypes.c_int(dir_fd),
+                ctypes.c_char_p(os.fsencode(rel)),
+                ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)),
+            )
+        )
+        if fd < 0:
+            err = ctypes.get_errno()
+            if err == errno.EAGAIN:  # a concurrent rename; the caller may retry
+                err = errno.ELOOP
+            raise OSError(err, os.strerror(err))
+        return fd
+
+    def _open_dir(self, parts: list[str]) -> int:
+        """A new fd for the directory `parts` beneath the root, crossing no link."""
+        if self._root_fd < 0:
+            _raise("SAND_FS_IO_ERROR", "the adapter is closed")
+        if not parts:
+            return os.dup(self._root_fd)
+        if self._openat2:
+            return self._openat2_call(self._root_fd, "/".join(parts), _DIR_FLAGS & ~os.O_NOFOLLOW)
+        fd = os.dup(self._root_fd)
+        try:
+            for part in parts:
+                try:
+                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except NotADirectoryError:
+                    # O_NOFOLLOW|O_DIRECTORY on a link reports ENOTDIR: say what it was.
+                    st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISLNK(st.st_mode):
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP)) from None
+                    raise
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_leaf(self, dir_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
+        if self._openat2:
+            return self._openat2_call(dir_fd, name, flags | os.O_CLOEXEC, mode)
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+
+    # -- blocking operations ----------------------------------------------------------------
+
+    def _read_sync(self, path: str, max_bytes: int) -> bytes:
+        limit = min(max_bytes, self.max_read_bytes)
+        parts = _components(path)
+        try:
+            if not parts:
+                _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected")
+            dfd = self._open_dir(parts[:-1])
+            try:
+                # O_NONBLOCK: a FIFO planted in the tree must not hang the host.
+                fd = self._open_leaf(dfd, parts[-1], os.O_RDONLY | os.O_NONBLOCK)
+            finally:
+                os.close(dfd)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    _raise("SAND_FS_NOT_A_FILE", "not a regular file")
+                if st.st_size > limit:
+                    _raise("SAND_FS_TOO_LARGE", f"the file exceeds the read limit ({limit} bytes)")
+                chunks: list[bytes] = []
+                total = 0
+                while True:
+                    chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    total += len(chunk)
+                    if total > limit:  # grew after fstat
+                        _raise(
+                            "SAND_FS_TOO_LARGE", f"the file exceeds the read limit ({limit} bytes)"
+                        )
+                return b"".join(chunks)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            _translate(exc)
+
+    def _write_sync(self, path: str, data: bytes) -> None:
+        if len(data) > self.max_write_bytes:
+            _raise(
+                "SAND_FS_TOO_LARGE",
+                f"the data exceeds the write limit ({self.max_write_bytes} bytes)",
+            )
+        parts = _components(path)
+        try:
+            if not parts:
+                _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected")
+            name = parts[-1]
+            dfd = self._open_dir(parts[:-1])
+            try:
+                try:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+                else:
+                    if stat.S_ISDIR(st.st_mode):
+                        _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected")
+                tmp = f".{name[:200]}.{secrets.token_hex(8)}.suaveplan-tmp"
+                fd = self._open_leaf(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(fd, view) :]
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=dfd)
+                    raise
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            _translate(exc)
+
+    def _list_sync(self, path: str) -> list[str]:
+        try:
+            dfd = self._open_dir(_components(path))
+            try:
+                return sorted(os.listdir(dfd))  # noqa: PTH208 - an fd, not a path
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            _translate(exc)
+
+    def _exists_sync(self, path: str) -> bool:
+        """True for a file or directory reachable without crossing a link; links are False."""
+        parts = _components(path)
+        if not parts:
+            return True
+        try:
+            dfd = self._open_dir(parts[:-1])
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return False
+            _translate(exc)
+        try:
+            st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            _translate(exc)
+        finally:
+            os.close(dfd)
+        return stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)
+
+    # -- FsAdapter --------------------------------------------------------------------------
+
+    async def read_bytes(self, path: str, *, max_bytes: int) -> bytes:
+        return await asyncio.to_thread(self._read_sync, path, max_bytes)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        await asyncio.to_thread(self._write_sync, path, bytes(data))
+
+    async def list_dir(self, path: str) -> list[str]:
+        return await asyncio.to_thread(self._list_sync, path)
+
+    async def exists(self, path: str) -> bool:
+        return await asyncio.to_thread(self._exists_sync, path)

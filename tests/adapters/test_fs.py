@@ -1,0 +1,173 @@
+"""BeneathRootFs: links refused, rename races contained, atomic writes, limits, coded errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from suaveplan_sandbox.adapters._fs import BeneathRootFs
+from suaveplan_sandbox.errors import SuaveplanError
+
+MODES = [pytest.param(None, id="openat2"), pytest.param(False, id="per-component")]
+
+
+@pytest.fixture(params=MODES)
+def tree(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, BeneathRootFs]]:
+    root = tmp_path / "root"
+    (root / "uploads").mkdir(parents=True)
+    (root / "uploads" / "a.txt").write_bytes(b"hello")
+    (tmp_path / "outside.txt").write_bytes(b"CANARY")
+    fs = BeneathRootFs(root, use_openat2=request.param, max_read_bytes=64, max_write_bytes=64)
+    yield root, fs
+    fs.close()
+
+
+async def _code(coro: object) -> str:
+    with pytest.raises(SuaveplanError) as info:
+        await coro  # type: ignore[misc]
+    return info.value.code
+
+
+async def test_reads_writes_and_lists_beneath_the_root(tree: tuple[Path, BeneathRootFs]) -> None:
+    root, fs = tree
+    assert await fs.read_bytes("uploads/a.txt", max_bytes=10) == b"hello"
+    await fs.write_bytes("uploads/b.txt", b"new")
+    assert (root / "uploads" / "b.txt").read_bytes() == b"new"
+    assert await fs.list_dir("uploads") == ["a.txt", "b.txt"]
+    assert await fs.list_dir(".") == ["uploads"]
+    assert await fs.exists("uploads/a.txt")
+    assert not await fs.exists("uploads/missing")
+
+
+async def test_a_symlink_to_etc_inside_uploads_is_refused(tree: tuple[Path, BeneathRootFs]) -> None:
+    root, fs = tree
+    (root / "uploads" / "etc").symlink_to("/etc")
+    assert await _code(fs.read_bytes("uploads/etc/passwd", max_bytes=64)) == "SAND_FS_LINK_REFUSED"
+    assert await _code(fs.list_dir("uploads/etc")) == "SAND_FS_LINK_REFUSED"
+    assert await _code(fs.write_bytes("uploads/etc/x", b"x")) == "SAND_FS_LINK_REFUSED"
+
+
+async def test_a_symlink_to_dotdot_is_refused(tree: tuple[Path, BeneathRootFs]) -> None:
+    root, fs = tree
+    (root / "uploads" / "up").symlink_to("../..")
+    assert await _code(fs.read_bytes("uploads/up/outside.txt", max_bytes=64)) == (
+        "SAND_FS_LINK_REFUSED"
+    )
+
+
+async def test_a_file_symlink_is_refused_even_inside_the_root(
+    tree: tuple[Path, BeneathRootFs],
+) -> None:
+    root, fs = tree
+    (root / "uploads" / "out.txt").symlink_to(root.parent / "outside.txt")
+    (root / "uploads" / "in.txt").symlink_to("a.txt")
+    assert await _code(fs.read_bytes("uploads/out.txt", max_bytes=64)) == "SAND_FS_LINK_REFUSED"
+    assert await _code(fs.read_bytes("uploads/in.txt", max_bytes=64)) == "SAND_FS_LINK_REFUSED"
+    assert not await fs.exists("uploads/out.txt")
+
+
+async def test_writing_over_a_planted_link_replaces_the_link_not_its_target(
+    tree: tuple[Path, BeneathRootFs],
+) -> None:
+    root, fs = tree
+    link = root / "uploads" / "planted"
+    link.symlink_to(root.parent / "outside.txt")
+    await fs.write_bytes("uploads/planted", b"mine")
+    assert (root.parent / "outside.txt").read_bytes() == b"CANARY"
+    assert not link.is_symlink()
+    assert link.read_bytes() == b"mine"
+
+
+async def test_missing_directory_and_limits_have_codes(tree: tuple[Path, BeneathRootFs]) -> None:
+    root, fs = tree
+    assert await _code(fs.read_bytes("uploads/nope", max_bytes=64)) == "SAND_FS_NOT_FOUND"
+    assert await _code(fs.list_dir("nope")) == "SAND_FS_NOT_FOUND"
+    assert await _code(fs.read_bytes("uploads", max_bytes=64)) == "SAND_FS_NOT_A_FILE"
+    assert await _code(fs.list_dir("uploads/a.txt")) == "SAND_FS_NOT_A_FILE"
+    assert await _code(fs.write_bytes("uploads", b"x")) == "SAND_FS_NOT_A_FILE"
+    assert await _code(fs.read_bytes("uploads/a.txt", max_bytes=4)) == "SAND_FS_TOO_LARGE"
+    (root / "uploads" / "big").write_bytes(b"x" * 65)
+    assert await _code(fs.read_bytes("uploads/big", max_bytes=1000)) == "SAND_FS_TOO_LARGE"
+    assert await _code(fs.write_bytes("uploads/c", b"x" * 65)) == "SAND_FS_TOO_LARGE"
+    assert not (root / "uploads" / "c").exists()
+
+
+async def test_a_fifo_is_not_a_file_and_does_not_hang(tree: tuple[Path, BeneathRootFs]) -> None:
+    root, fs = tree
+    os.mkfifo(root / "uploads" / "fifo")
+    assert await _code(fs.read_bytes("uploads/fifo", max_bytes=64)) == "SAND_FS_NOT_A_FILE"
+
+
+def test_a_rename_race_between_directory_and_symlink_never_escapes(
+    tree: tuple[Path, BeneathRootFs],
+) -> None:
+    root, fs = tree
+    outside = root.parent / "secret"
+    outside.mkdir()
+    (outside / "f.txt").write_bytes(b"CANARY")
+    swap = root / "uploads" / "swap"
+    real = root / "uploads" / "real"
+    real.mkdir()
+    (real / "f.txt").write_bytes(b"inside")
+    stop = threading.Event()
+
+    def swapper() -> None:
+        # Alternate `swap` between a real directory and a link pointing outside the root.
+        while not stop.is_set():
+            os.rename(real, swap)
+            os.rename(swap, real)
+            swap.symlink_to(outside)
+            os.unlink(swap)
+
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    seen: set[bytes] = set()
+    try:
+        for _ in range(3000):
+            try:
+                seen.add(fs._read_sync("uploads/swap/f.txt", 64))
+            except SuaveplanError as exc:
+                assert exc.code in {"SAND_FS_LINK_REFUSED", "SAND_FS_NOT_FOUND"}
+    finally:
+        stop.set()
+        thread.join()
+    assert b"CANARY" not in seen
+
+
+_KILLED_WRITER = """
+import asyncio, os, sys, time
+from suaveplan_sandbox.adapters._fs import BeneathRootFs
+real_fsync = os.fsync
+def stall(fd):
+    real_fsync(fd)
+    sys.stdout.write("mid-write\\n"); sys.stdout.flush()
+    time.sleep(60)
+os.fsync = stall
+fs = BeneathRootFs(sys.argv[1], max_write_bytes=1 << 24)
+asyncio.run(fs.write_bytes("data.bin", b"N" * (1 << 20)))
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_the_old_file_intact(tmp_path: Path) -> None:
+    (tmp_path / "data.bin").write_bytes(b"OLD")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(tmp_path)], stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"mid-write\n"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (tmp_path / "data.bin").read_bytes() == b"OLD"
+    fs = BeneathRootFs(tmp_path)
+    try:
+        # The orphaned temp file is hidden-named and never becomes the target.
+        assert fs._read_sync("data.bin", 10) == b"OLD"
+    finally:
+        fs.close()
