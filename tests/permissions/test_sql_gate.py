@@ -204,6 +204,7 @@ def test_sqlite_engine_touches_only_prefixed_tables_for_allowed_vectors(
     gate = SqlGate(case["prefix"])
     conn = _database_for(gate, case["sql"])
     touched: set[str] = set()
+    functions: set[str] = set()
     actions: set[int] = set()
 
     def authorizer(action: int, arg1: str | None, arg2: str | None, db: str | None,
@@ -211,6 +212,8 @@ def test_sqlite_engine_touches_only_prefixed_tables_for_allowed_vectors(
         actions.add(action)
         if action in _TABLE_ACTIONS and arg1 is not None:
             touched.add(arg1)
+        if action == sqlite3.SQLITE_FUNCTION and arg2 is not None:
+            functions.add(arg2.lower())
         return sqlite3.SQLITE_OK
 
     conn.set_authorizer(authorizer)
@@ -219,6 +222,7 @@ def test_sqlite_engine_touches_only_prefixed_tables_for_allowed_vectors(
     conn.execute(sql, params)
     conn.set_authorizer(None)
     assert all(t.startswith(case["prefix"]) for t in touched), touched
+    assert functions <= SQLITE_SAFE_FUNCTIONS, functions - SQLITE_SAFE_FUNCTIONS
     assert sqlite3.SQLITE_ATTACH not in actions
     assert sqlite3.SQLITE_PRAGMA not in actions
 

@@ -25,46 +25,53 @@ _NOT_PERMITTED: Final = Deny(capability=_CAP, reason=DenyReason.STATEMENT_NOT_PE
 _OUT_OF_SCOPE: Final = Deny(capability=_CAP, reason=DenyReason.TABLE_OUT_OF_SCOPE)
 _MALFORMED: Final = Deny(capability=_CAP, reason=DenyReason.MALFORMED_PAYLOAD)
 
+# Real engine function names (what the sqlite3 authorizer sees as SQLITE_FUNCTION arg2).
 _COMMON_FUNCTIONS: Final = frozenset(
     {
-        # aggregates
-        "count", "sum", "avg", "min", "max", "total", "group_concat", "string_agg",
-        # conditionals and casts (sqlglot models these as functions)
-        "cast", "trycast", "case", "if", "coalesce", "nullif", "ifnull", "iif",
+        # aggregates and window functions
+        "count", "sum", "avg", "min", "max", "row_number", "rank", "dense_rank", "lag", "lead",
+        "first_value", "last_value", "ntile", "percent_rank", "cume_dist", "nth_value",
+        # conditionals
+        "coalesce", "nullif",
         # strings
-        "lower", "upper", "length", "substring", "substr", "trim", "ltrim", "rtrim", "replace",
-        "instr", "char", "unicode", "hex", "quote", "printf", "format", "concat", "concat_ws",
-        "strposition", "lpad", "rpad", "left", "right", "reverse", "unhex",
+        "lower", "upper", "length", "substr", "substring", "trim", "ltrim", "rtrim", "replace",
+        "concat", "concat_ws", "reverse", "format",
         # math
-        "abs", "round", "ceil", "floor", "sign", "sqrt", "pow", "power", "exp", "ln", "log",
-        "mod", "greatest", "least",
-        # date/time
-        "date", "time", "datetime", "julianday", "strftime", "unixepoch", "currentdate",
-        "currenttime", "currenttimestamp", "timestrtotime", "timetostr", "strtotime",
-        # JSON scalars
-        "json", "jsonextract", "jsonextractscalar", "json_extract", "jsonarray", "jsonobject",
-        "json_array", "json_object", "json_type", "json_valid", "json_quote", "jsonbextract",
-        "json_array_length", "jsonarraylength", "json_group_array", "json_group_object",
-        # misc scalars
-        "typeof", "random", "randomblob", "zeroblob", "changes", "last_insert_rowid",
-        "row_number", "rank", "dense_rank", "lag", "lead", "first_value", "last_value",
-        "json_extract_scalar", "json_extract_array", "json_array_agg", "current_date",
-        "current_time", "current_timestamp", "str_position", "time_str_to_time", "try_cast",
-        "ntile", "percent_rank", "cume_dist", "nth_value", "like", "glob", "exists",
+        "abs", "round", "ceil", "ceiling", "floor", "sign", "sqrt", "pow", "power", "exp",
+        "ln", "log", "mod", "random",
     }
 )  # fmt: skip
 
 SQLITE_SAFE_FUNCTIONS: Final[frozenset[str]] = _COMMON_FUNCTIONS | frozenset(
-    {"likelihood", "likely", "unlikely", "soundex", "total_changes", "octet_length"}
-)
-POSTGRES_SAFE_FUNCTIONS: Final[frozenset[str]] = (
-    _COMMON_FUNCTIONS - frozenset({"changes", "last_insert_rowid", "randomblob", "zeroblob"})
-) | frozenset(
-    {"now", "date_trunc", "extract", "to_char", "array_agg", "bool_and", "bool_or",
-     "jsonb_build_object", "json_build_object", "jsonb_extract_path_text", "btrim",
-     "char_length", "position", "md5", "split_part", "timestamp_trunc",
-     "json_b_extract", "json_b_extract_scalar"}
+    {"total", "group_concat", "string_agg", "ifnull", "iif", "instr", "char", "unicode",
+     "hex", "unhex", "quote", "printf", "date", "time", "datetime", "julianday", "strftime",
+     "unixepoch", "timediff", "json", "json_extract", "json_array", "json_object", "json_type",
+     "json_valid", "json_quote", "json_array_length", "json_group_array",
+     "json_group_object", "typeof", "randomblob", "zeroblob", "changes", "last_insert_rowid",
+     "like", "glob", "likelihood", "likely", "unlikely", "octet_length", "->", "->>"}
 )  # fmt: skip
+POSTGRES_SAFE_FUNCTIONS: Final[frozenset[str]] = _COMMON_FUNCTIONS | frozenset(
+    {"string_agg", "array_agg", "bool_and", "bool_or", "greatest", "least", "now",
+     "date_trunc", "extract", "to_char", "lpad", "rpad", "left", "right", "btrim",
+     "char_length", "position", "strpos", "md5", "split_part", "json_build_object",
+     "jsonb_build_object", "json_build_array", "jsonb_build_array", "jsonb_extract_path_text",
+     "json_extract_path_text", "json_array_length", "jsonb_array_length", "json_agg",
+     "jsonb_agg", "current_date", "current_time", "current_timestamp"}
+)  # fmt: skip
+
+# sqlglot parses many functions into its own classes; these are their `sql_name()`s, lower
+# case, for constructs that are safe in both dialects (casts, CASE, JSON paths, date format).
+_SQLGLOT_SAFE_NAMES: Final = frozenset(
+    {"cast", "try_cast", "case", "if", "exists", "current_date", "current_time",
+     "current_timestamp", "str_position", "time_to_str", "ts_or_ds_to_timestamp",
+     "time_str_to_time", "str_to_time", "json_extract_scalar", "json_extract",
+     "j_s_o_n_object", "j_s_o_n_array_agg", "json_array", "json_object", "rand", "chr",
+     "timestamp_trunc", "date_trunc", "j_s_o_n_b_extract", "j_s_o_n_b_extract_scalar",
+     "array_agg", "group_concat", "strposition", "ceil", "ln", "pow", "string_agg",
+     "logical_and", "logical_or", "greatest", "least", "substring", "length", "nullif"}
+)  # fmt: skip
+_SQLITE_GATE_NAMES: Final = SQLITE_SAFE_FUNCTIONS | _SQLGLOT_SAFE_NAMES
+_POSTGRES_GATE_NAMES: Final = POSTGRES_SAFE_FUNCTIONS | _SQLGLOT_SAFE_NAMES
 
 _SYSTEM_NAMES: Final = frozenset(
     {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema",
@@ -91,7 +98,7 @@ _QUERY_NODES: Final[frozenset[type[exp.Expr]]] = frozenset(
         exp.Collate, exp.Exists, exp.Any, exp.All, exp.NullSafeEQ, exp.NullSafeNEQ,
         exp.Lateral, exp.Var, exp.Interval, exp.Filter,
         exp.PrimaryKeyColumnConstraint, exp.RawString, exp.JSONPath, exp.JSONPathRoot,
-        exp.JSONPathKey, exp.JSONPathSubscript,
+        exp.JSONPathKey, exp.JSONPathSubscript, exp.JSONKeyValue,
     }
 )  # fmt: skip
 
@@ -240,7 +247,7 @@ class SqlGate:
             raise ValueError("dialect is 'sqlite' or 'postgres'")
         self.table_prefix: str | None = table_prefix or None
         self.dialect: str = dialect
-        self._functions = SQLITE_SAFE_FUNCTIONS if dialect == "sqlite" else POSTGRES_SAFE_FUNCTIONS
+        self._functions = _SQLITE_GATE_NAMES if dialect == "sqlite" else _POSTGRES_GATE_NAMES
         self._dialect_obj = Dialect.get_or_raise(dialect)
         self._cache_size = max(0, cache_size)
         self._cache: OrderedDict[str, Allow | Deny] = OrderedDict()
@@ -286,13 +293,13 @@ class SqlGate:
             parsed = self._dialect_obj.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
         except (SqlglotError, RecursionError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        statements = [s for s in parsed if s is not None]
-        if len(statements) != 1:
+        # One statement, optionally followed by what a trailing `;` leaves behind: nothing,
+        # or a bare `Semicolon` node carrying a trailing comment.
+        if not parsed or parsed[0] is None or len(parsed) > 2:
             return None
-        # More than one `;` (empty statements) is refused as well: one trailing `;` only.
-        if len(parsed) > 2 or (len(parsed) == 2 and parsed[1] is not None):
+        if len(parsed) == 2 and not (parsed[1] is None or type(parsed[1]) is exp.Semicolon):
             return None
-        return statements[0]
+        return parsed[0]
 
     # -- {"table": name} -------------------------------------------------------------------
     def check_table(self, name: object) -> Allow | Deny:
