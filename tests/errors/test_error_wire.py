@@ -19,8 +19,8 @@ from suaveplan_sandbox.errors import (
 )
 
 
-def _chain(exc: BaseException | None) -> list[tuple[str, str, dict[str, object]]]:
-    out = []
+def _chain(exc: BaseException | None) -> list[tuple[str, str, object]]:
+    out: list[tuple[str, str, object]] = []
     while exc is not None:
         assert isinstance(exc, SuaveplanError)
         out.append((exc.code, exc.message, exc.details))
@@ -133,6 +133,6 @@ def test_any_plain_details_round_trip(details: dict[str, object], message: str) 
         lambda c: st.lists(c) | st.dictionaries(_plain.filter(lambda x: isinstance(x, str)), c),
         max_leaves=20,
     )
-)  # type: ignore[arg-type]
+)
 def test_from_wire_never_raises(data: object) -> None:
     assert isinstance(SuaveplanError.from_wire(data), SuaveplanError)

@@ -156,9 +156,18 @@ async def test_unknown_operations_and_malformed_arguments_are_denied(
     assert rig.metrics.value(PERMISSION_DENIED.name, reason=reason) == 1
 
 
-class _ExplodingFs(InMemoryFs):
+class _ExplodingFs:
     async def read_bytes(self, path: str, *, max_bytes: int) -> bytes:
         raise OSError(f"disk error reading /srv/gw/{path}")
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        raise OSError("disk full")
+
+    async def list_dir(self, path: str) -> list[str]:
+        return []
+
+    async def exists(self, path: str) -> bool:
+        return False
 
 
 async def test_adapter_failures_are_translated_without_host_detail() -> None:

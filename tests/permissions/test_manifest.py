@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -128,12 +128,13 @@ def test_wrong_types_unknown_keys_and_negative_budgets_are_invalid(
 ) -> None:
     err = _invalid(data)
     assert err.details["path"] == path
-    assert all("path" in e and "message" in e for e in err.details["errors"])  # type: ignore[union-attr]
+    errors = cast(list[dict[str, Any]], err.details["errors"])
+    assert all("path" in e and "message" in e for e in errors)
 
 
 def test_every_problem_is_listed_not_just_the_first() -> None:
     err = _invalid({"name": "p", "permissions": {"fs": ["/abs"], "fetch": [7]}, "zzz": 1})
-    paths = {e["path"] for e in err.details["errors"]}  # type: ignore[index, union-attr]
+    paths = {e["path"] for e in cast(list[dict[str, Any]], err.details["errors"])}
     assert {"permissions.fs[0]", "permissions.fetch[0]", "zzz"} <= paths
 
 

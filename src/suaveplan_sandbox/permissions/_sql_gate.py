@@ -115,6 +115,9 @@ _DDL_NODES: Final[frozenset[type[exp.Expr]]] = _QUERY_NODES | frozenset(
 _DDL_KINDS: Final = frozenset({"TABLE", "INDEX", "VIEW"})
 _DML_ROOTS: Final = _ROOTS
 
+_DML_KINDS: Final = frozenset({exp.Insert, exp.Update, exp.Delete})
+_DML_TARGET_KEYS: Final = ("this", "tables")
+
 logger = logging.getLogger(__name__)
 
 
@@ -188,12 +191,15 @@ class _Walk:
             node.args.get("db") is not None or node.args.get("catalog") is not None
         ):
             raise _Rejected
+        # A DML target is always a real table, even when a CTE of the same name is in scope
+        # (`WITH users AS (...) DELETE FROM users` deletes from the real `users`).
+        targets = _DML_TARGET_KEYS if kind in _DML_KINDS else ()
         for key, child in node.args.items():
             if child is with_ and with_ is not None:
                 continue
             if key == "_type":
                 continue
-            self.children(child, ctes)
+            self.children(child, frozenset() if key in targets else ctes)
 
     def with_clause(self, with_: exp.With, ctes: frozenset[str]) -> frozenset[str]:
         recursive = bool(with_.args.get("recursive"))
@@ -291,7 +297,7 @@ class SqlGate:
             if semicolons and (len(semicolons) > 1 or semicolons[0] != len(tokens) - 1):
                 return None
             parsed = self._dialect_obj.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
-        except (SqlglotError, RecursionError, ValueError, KeyError, TypeError, AttributeError):
+        except Exception:  # noqa: BLE001 — any parser failure is a refusal, never a crash
             return None
         # One statement, optionally followed by what a trailing `;` leaves behind: nothing,
         # or a bare `Semicolon` node carrying a trailing comment.
@@ -318,7 +324,7 @@ class SqlGate:
     def check_migration(self, sql: str) -> list[Allow | Deny]:
         try:
             parsed = sqlglot.parse(sql, read=self.dialect, error_level=sqlglot.ErrorLevel.RAISE)
-        except (SqlglotError, RecursionError, ValueError, KeyError, TypeError, AttributeError):
+        except Exception:  # noqa: BLE001 — any parser failure is a refusal, never a crash
             return [_NOT_PERMITTED]
         out: list[Allow | Deny] = []
         for statement in parsed:

@@ -316,14 +316,17 @@ def budget_tracker_is_idempotent_on_repeated_samples(f: PermissionsFactory) -> N
 def cpu_percent_is_judged_over_a_sliding_window(f: PermissionsFactory) -> None:
     metrics, clock = InMemoryMetrics(), FakeClock()
     tracker = f.make_tracker({"cpuPercent": 50}, metrics, clock)
+
     # 40% of a core for two seconds: within budget.
+    def sample(cpu: float, at: float) -> Callable[[], None]:
+        return lambda: tracker.sample_cpu(cpu, at=at)
+
     for step in range(21):
-        assert _budget_error(lambda s=step: tracker.sample_cpu(s * 0.04, at=s * 0.1)) is None
+        assert _budget_error(sample(step * 0.04, step * 0.1)) is None
     # Then a full core: the window fills with 100% and breaches.
     base_cpu, base_t = 20 * 0.04, 2.0
     errors = [
-        _budget_error(lambda s=step: tracker.sample_cpu(base_cpu + s * 0.1, at=base_t + s * 0.1))
-        for step in range(1, 21)
+        _budget_error(sample(base_cpu + step * 0.1, base_t + step * 0.1)) for step in range(1, 21)
     ]
     raised = [e for e in errors if e is not None]
     assert len(raised) == 1, f"expected exactly one cpuPercent breach, got {len(raised)}"

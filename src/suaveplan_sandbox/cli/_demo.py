@@ -1,0 +1,63 @@
+"""`make run`: for every example, show what its manifest allows and refuses, and why.
+
+Each example folder holds `manifest.toml` and `requests.json` — a list of
+`{"capability", "payload"}` requests a plugin might make. The demo prints each decision,
+the reason and the matching rule, so a newcomer sees the permission model at work.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.metrics import PERMISSION_DENIED, InMemoryMetrics
+from suaveplan_sandbox.permissions import Allow, PermissionChecker, PermissionPolicy
+
+
+def _describe(capability: str, payload: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in payload.items()) or capability
+
+
+def run_example(folder: Path, console: Console) -> int:
+    manifest = folder / "manifest.toml"
+    requests_file = folder / "requests.json"
+    policy = PermissionPolicy.from_manifest(manifest, root=folder)
+    metrics = InMemoryMetrics()
+    checker = PermissionChecker(policy, metrics=metrics)
+    table = Table(title=f"{folder.name}: {policy.plugin} under {manifest.name}")
+    for col in ("capability", "request", "decision", "reason / rule"):
+        table.add_column(col)
+    requests = json.loads(requests_file.read_text()) if requests_file.exists() else []
+    for item in requests:
+        capability, payload = item["capability"], item["payload"]
+        decision = checker.check_capability(capability, payload)
+        if isinstance(decision, Allow):
+            table.add_row(capability, _describe(capability, payload), "[green]allow", decision.rule)
+        else:
+            table.add_row(
+                capability, _describe(capability, payload), "[red]deny", decision.reason.value
+            )
+    console.print(table)
+    denied = metrics.value(PERMISSION_DENIED.name)
+    console.print(f"plugin.permission_denied_total for {policy.plugin}: {denied:g}\n")
+    return 0
+
+
+def run_demo(examples: Path) -> int:
+    console = Console()
+    status = 0
+    folders = sorted(p.parent for p in examples.glob("*/manifest.toml"))
+    if not folders:
+        console.print(f"no examples with a manifest.toml under {examples}")
+        return 2
+    for folder in folders:
+        try:
+            status |= run_example(folder, console)
+        except SuaveplanError as exc:
+            console.print(f"[red]{folder.name}: {exc.code}: {exc.message}")
+            status = 2
+    return status

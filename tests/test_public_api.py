@@ -1,0 +1,83 @@
+"""Public names are curated: each package's sorted `__all__` is pinned here."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PINNED: dict[str, list[str]] = {
+    "suaveplan_sandbox.errors": [
+        "CODES",
+        "ErrorCode",
+        "SuaveplanError",
+        "WireValue",
+        "define_codes",
+        "error_from_wire",
+        "is_registered",
+        "registered_codes",
+    ],
+    "suaveplan_sandbox.metrics": [
+        "BUDGET_EXCEEDED",
+        "CAPABILITY_CALLS",
+        "METRICS",
+        "PERMISSION_DENIED",
+        "WORKER_CRASHED",
+        "FanOutMetrics",
+        "InMemoryMetrics",
+        "MetricDefinition",
+        "MetricsSink",
+        "OpenTelemetryMetrics",
+        "PrometheusMetrics",
+    ],
+    "suaveplan_sandbox.permissions": [
+        "CAPABILITIES",
+        "Allow",
+        "BudgetTracker",
+        "Budgets",
+        "Clock",
+        "DatabaseBlock",
+        "Decision",
+        "Deny",
+        "DenyReason",
+        "EventsBlock",
+        "Manifest",
+        "MonotonicClock",
+        "PermissionChecker",
+        "PermissionPolicy",
+        "PermissionsBlock",
+        "SecretDecl",
+        "budget_error",
+        "load_manifest",
+        "parse_manifest",
+    ],
+    "suaveplan_sandbox.gateway": [
+        "DEFAULT_MAX_READ_BYTES",
+        "DEFAULT_MAX_WRITE_BYTES",
+        "DenialListener",
+        "Gateway",
+    ],
+}
+
+
+@pytest.mark.parametrize("module", sorted(PINNED))
+def test_all_is_pinned_and_sorted(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert mod.__all__ == PINNED[module]
+    assert mod.__all__ == sorted(mod.__all__, key=lambda n: (not n.isupper(), n))
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{module}.{name} is exported but missing"
+
+
+def test_testing_exports_the_permissions_harness_and_fakes() -> None:
+    testing = importlib.import_module("suaveplan_sandbox.testing")
+    for name in (
+        "FakeClock",
+        "InMemoryFs",
+        "FakeFetch",
+        "FakeDb",
+        "DictSecrets",
+        "InMemoryEvents",
+        "run_permissions_conformance",
+    ):
+        assert name in testing.__all__
