@@ -241,3 +241,36 @@ def test_engine_authorizer_sees_the_table_the_parser_sees_in_a_cte_body() -> Non
     conn.execute(sql)
     assert touched == {"billing_x"}
     assert GATE.referenced_tables(sql) == frozenset({"billing_x"})
+
+
+def test_migration_views_and_renames_need_the_prefix_on_both_sides() -> None:
+    decisions = GATE.check_migration(
+        """
+        CREATE VIEW billing_v AS SELECT a FROM billing_x;
+        CREATE VIEW billing_w AS SELECT a FROM users;
+        CREATE VIEW v AS SELECT a FROM billing_x;
+        ALTER TABLE billing_x RENAME TO users;
+        ALTER TABLE billing_x ADD COLUMN c TEXT;
+        CREATE TABLE billing_c AS SELECT * FROM sqlite_master;
+        """
+    )
+    assert [_outcome(d) for d in decisions] == [
+        "allow",
+        "table-out-of-scope",
+        "table-out-of-scope",
+        "table-out-of-scope",
+        "allow",
+        "statement-not-permitted",
+    ]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "with users as (select 1) insert into users values (1)",
+        "with users as (select 1) update users set a = 1",
+        "with users as (select 1) delete from users",
+    ],
+)
+def test_a_cte_never_covers_a_dml_target(sql: str) -> None:
+    assert _outcome(GATE.check_query(sql)) == "table-out-of-scope"

@@ -15,7 +15,7 @@ from typing import Final, Literal, final
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
-from sqlglot.errors import ErrorLevel, SqlglotError
+from sqlglot.errors import ErrorLevel
 from sqlglot.tokenizer_core import TokenType
 
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
@@ -283,7 +283,7 @@ class SqlGate:
         walk = _Walk(self.table_prefix, self._functions, _QUERY_NODES)
         try:
             walk.visit(statement, frozenset())
-        except (_Rejected, RecursionError, AttributeError, TypeError):
+        except Exception:  # _Rejected, or anything unexpected: fail closed
             return _NOT_PERMITTED
         if walk.unscoped:
             return _OUT_OF_SCOPE
@@ -297,7 +297,7 @@ class SqlGate:
             if semicolons and (len(semicolons) > 1 or semicolons[0] != len(tokens) - 1):
                 return None
             parsed = self._dialect_obj.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
-        except Exception:  # noqa: BLE001 — any parser failure is a refusal, never a crash
+        except Exception:  # any parser failure is a refusal, never a crash
             return None
         # One statement, optionally followed by what a trailing `;` leaves behind: nothing,
         # or a bare `Semicolon` node carrying a trailing comment.
@@ -324,7 +324,7 @@ class SqlGate:
     def check_migration(self, sql: str) -> list[Allow | Deny]:
         try:
             parsed = sqlglot.parse(sql, read=self.dialect, error_level=sqlglot.ErrorLevel.RAISE)
-        except Exception:  # noqa: BLE001 — any parser failure is a refusal, never a crash
+        except Exception:  # any parser failure is a refusal, never a crash
             return [_NOT_PERMITTED]
         out: list[Allow | Deny] = []
         for statement in parsed:
@@ -356,7 +356,7 @@ class SqlGate:
         walk = _Walk(self.table_prefix, self._functions, _DDL_NODES)
         try:
             walk.visit(statement, frozenset())
-        except (_Rejected, RecursionError, AttributeError, TypeError):
+        except Exception:  # _Rejected, or anything unexpected: fail closed
             return _NOT_PERMITTED
         if walk.unscoped:
             return _OUT_OF_SCOPE
@@ -368,6 +368,6 @@ class SqlGate:
         if statement is None:
             return frozenset()
         walk = _Walk(self.table_prefix, self._functions, _DDL_NODES)
-        with contextlib.suppress(_Rejected, RecursionError, AttributeError, TypeError):
+        with contextlib.suppress(Exception):
             walk.visit(statement, frozenset())
         return frozenset(walk.tables)
