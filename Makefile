@@ -17,13 +17,14 @@ $(DEVSTAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(DEVSTAMP)
 
-run: $(STAMP)
+run: $(DEVSTAMP)
 	$(PY) -m suaveplan_sandbox.cli demo examples
 
 test: $(DEVSTAMP)
 	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m mypy
-	$(PY) -m pytest
+	# pytest exits 5 when it collects nothing: that is a failure here, never a pass.
+	$(PY) -m pytest; status=$$?; if [ $$status -eq 5 ]; then echo "no tests collected" >&2; exit 1; fi; exit $$status
 
 lint: $(DEVSTAMP)
 	$(PY) -m ruff check src tests benchmarks examples
