@@ -1,0 +1,11 @@
+"""Run WASI preview 1 modules under wasmtime with exactly the capabilities the policy grants."""
+
+from suaveplan_sandbox.wasm._errno import Errno
+from suaveplan_sandbox.wasm._sandbox import (
+    PreopenSpec,
+    RunResult,
+    WasmSandbox,
+    create_wasm_sandbox,
+)
+
+__all__ = ["Errno", "PreopenSpec", "RunResult", "WasmSandbox", "create_wasm_sandbox"]

@@ -1,0 +1,137 @@
+"""One wasmtime Engine per process, a compiled-module cache, and the one translation point.
+
+Theory of operation: `engine()` builds the process-wide Engine lazily with epoch interruption
+on; a daemon ticker thread bumps its epoch every `TICK_S`, so a store's epoch deadline is a
+wall-clock budget in ticks. `load_module(path)` hashes the bytes, returns the cached compiled
+module for that hash, else checks the import list (WASI version) *before* compiling further
+use, compiles, and optionally writes the serialized artefact into the host's cache dir.
+`translate(exc)` is the only place wasmtime exceptions become coded errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as _metadata
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+import wasmtime
+
+from suaveplan_sandbox.errors import SuaveplanError
+
+TICK_S: Final = 0.005
+SUPPORTED_WASI: Final = "wasi_snapshot_preview1"
+HOST_MODULE: Final = "suaveplan"
+UNSUPPORTED_WASI: Final = frozenset({"wasi_unstable", "wasi_snapshot_preview0", "wasi"})
+# The artefact name carries the wasmtime version: a serialized module is only valid for the
+# engine (version + config) that wrote it.
+_ARTEFACT_SUFFIX: Final = f".wasmtime-{_metadata.version('wasmtime')}.cwasm"
+
+_lock = threading.Lock()
+_modules: dict[str, wasmtime.Module] = {}
+
+
+class _State:
+    engine: wasmtime.Engine | None = None
+    compiles = 0  # compilations this process paid; read by tests and benchmarks
+
+
+def compile_count() -> int:
+    return _State.compiles
+
+
+def engine() -> wasmtime.Engine:
+    with _lock:
+        if _State.engine is None:
+            config = wasmtime.Config()
+            config.epoch_interruption = True
+            _State.engine = eng = wasmtime.Engine(config)
+            threading.Thread(
+                target=_tick, args=(eng,), name="suaveplan-wasm-epoch", daemon=True
+            ).start()
+        return _State.engine
+
+
+def _tick(eng: wasmtime.Engine) -> None:
+    while True:
+        time.sleep(TICK_S)
+        eng.increment_epoch()
+
+
+def translate(exc: BaseException, *, during: str) -> SuaveplanError:
+    """The one place a wasmtime (or OS) error becomes a coded error; chain it with `from`."""
+    if isinstance(exc, SuaveplanError):
+        return exc
+    if during == "instantiate":
+        return SuaveplanError(
+            "SAND_WASM_INSTANTIATION_FAILED",
+            "the module could not be compiled or instantiated",
+            {"stage": during},
+        )
+    return SuaveplanError("SAND_WASM_TRAP", "the guest trapped", {"stage": during})
+
+
+def check_imports(module: wasmtime.Module) -> None:
+    """Refuse unsupported WASI versions before instantiation.
+
+    `wasi_unstable`, `wasi_snapshot_preview0` and any other `wasi*` module name are
+    SAND_WASM_WASI_VERSION_UNSUPPORTED; any other unknown module name is
+    SAND_WASM_INSTANTIATION_FAILED (an unresolvable import, not a WASI version).
+    """
+    for imp in module.imports:
+        name = imp.module
+        if name in (SUPPORTED_WASI, HOST_MODULE):
+            continue
+        if name in UNSUPPORTED_WASI or name.startswith("wasi"):
+            raise SuaveplanError(
+                "SAND_WASM_WASI_VERSION_UNSUPPORTED",
+                "the module imports an unsupported WASI version",
+                {"module": name, "supported": [SUPPORTED_WASI]},
+            )
+        raise SuaveplanError(
+            "SAND_WASM_INSTANTIATION_FAILED",
+            "the module imports from an unknown module",
+            {"module": name},
+        )
+
+
+def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Module:
+    """Compile (or fetch from cache) the module for these bytes."""
+    digest = hashlib.sha256(wasm).hexdigest()
+    with _lock:
+        cached = _modules.get(digest)
+    if cached is not None:
+        return cached
+    eng = engine()
+    module: wasmtime.Module | None = None
+    artefact = cache_dir / (digest + _ARTEFACT_SUFFIX) if cache_dir is not None else None
+    if artefact is not None and artefact.is_file():
+        # SECURITY: deserialize runs native code compiled earlier; wasmtime does not validate
+        # it. We only ever read files the host itself wrote into its own cache dir (named by
+        # the sha256 of the source bytes); never point cache_dir at a location a plugin or
+        # another user can write.
+        try:
+            module = wasmtime.Module.deserialize(eng, artefact.read_bytes())
+        except (wasmtime.WasmtimeError, OSError):
+            module = None
+    if module is None:
+        try:
+            module = wasmtime.Module(eng, wasm)
+        except wasmtime.WasmtimeError as exc:
+            raise translate(exc, during="instantiate") from exc
+        with _lock:
+            _State.compiles += 1
+        if artefact is not None:
+            try:
+                artefact.parent.mkdir(parents=True, exist_ok=True)
+                tmp = artefact.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_bytes(bytes(module.serialize()))
+                tmp.replace(artefact)
+            except OSError:
+                pass
+    with _lock:
+        _modules.setdefault(digest, module)
+        return _modules[digest]

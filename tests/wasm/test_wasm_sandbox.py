@@ -1,0 +1,347 @@
+"""The WASM host: WASI snapshot from policy, versions, host imports, budgets, dispose."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from suaveplan_sandbox.adapters import Adapters
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.metrics import InMemoryMetrics
+from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.testing._fakes import DictSecrets, FakeFetch
+from suaveplan_sandbox.wasm import Errno, _engine, create_wasm_sandbox
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FSPROBE = FIXTURES / "fsprobe.wasm"
+WASI_PERM = 63  # wasi-libc errno == WASI errno numbering; `perm`
+
+IMPORTS_WAT = """
+(module
+  (import "suaveplan" "secrets_get" (func $sg (param i32 i32 i32 i32 i32) (result i32)))
+  (import "suaveplan" "sock_connect" (func $sc (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "API_KEY")
+  (data (i32.const 16) "OTHER_KEY")
+  (data (i32.const 32) "api.stripe.com")
+  (data (i32.const 64) "evil.example.com")
+  (func (export "secret") (param $p i32) (param $l i32) (result i32)
+    (call $sg (local.get $p) (local.get $l) (i32.const 256) (i32.const 64) (i32.const 512)))
+  (func (export "secret_raw") (param i32 i32 i32 i32 i32) (result i32)
+    (call $sg (local.get 0) (local.get 1) (local.get 2) (local.get 3) (local.get 4)))
+  (func (export "connect") (param $p i32) (param $l i32) (result i32)
+    (call $sc (local.get $p) (local.get $l) (i32.const 443) (i32.const 520)))
+  (func (export "load") (param i32) (result i32) (i32.load (local.get 0))))
+"""
+
+
+def policy(root: Path, **permissions: object) -> PermissionPolicy:
+    extra: dict[str, object] = {
+        key: permissions.pop(key) for key in ("secrets", "events") if key in permissions
+    }
+    return PermissionPolicy.from_manifest(
+        {"name": "guest", "permissions": permissions, **extra}, root=root
+    )
+
+
+def _sockets_open() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+# -- WASI snapshot from policy -------------------------------------------------------------
+
+
+async def test_uploads_rule_preopens_uploads_only_and_read_only(root: Path) -> None:
+    async with await create_wasm_sandbox(
+        wasm_module_path=FSPROBE, policy=policy(root, fs=["./uploads/*"])
+    ) as sb:
+        assert [(p.guest, p.writable) for p in sb.preopens] == [("/uploads", False)]
+        ok = await sb.run(argv=["fsprobe", "read", "/uploads/a.txt"])
+        assert (ok.exit_code, ok.stdout) == (0, b"ok hello\n")
+        other = await sb.run(argv=["fsprobe", "read", "/private/s.txt"])
+        assert other.exit_code == 1
+
+
+async def test_write_into_read_only_preopen_gets_wasi_perm(root: Path) -> None:
+    async with await create_wasm_sandbox(
+        wasm_module_path=FSPROBE, policy=policy(root, fs=["./uploads/*"])
+    ) as sb:
+        res = await sb.run(argv=["fsprobe", "write", "/uploads/new.txt"])
+    assert res.stdout == f"errno {WASI_PERM}\n".encode()
+    assert not (root / "uploads" / "new.txt").exists()
+
+
+async def test_rw_prefix_makes_the_preopen_writable(root: Path) -> None:
+    async with await create_wasm_sandbox(
+        wasm_module_path=FSPROBE, policy=policy(root, fs=["rw:./uploads/*"])
+    ) as sb:
+        assert sb.preopens[0].writable
+        res = await sb.run(argv=["fsprobe", "write", "/uploads/new.txt", "hi"])
+    assert res.exit_code == 0
+    assert (root / "uploads" / "new.txt").read_text() == "hi"
+
+
+async def test_dotdot_escape_from_a_preopen_fails(root: Path) -> None:
+    async with await create_wasm_sandbox(
+        wasm_module_path=FSPROBE, policy=policy(root, fs=["rw:./uploads/*"])
+    ) as sb:
+        res = await sb.run(argv=["fsprobe", "read", "/uploads/../private/s.txt"])
+    assert res.exit_code == 1
+    assert b"secret" not in res.stdout
+
+
+async def test_symlink_inside_a_preopen_pointing_outside_cannot_be_opened(root: Path) -> None:
+    (root / "uploads" / "link").symlink_to(root / "private" / "s.txt")
+    (root / "uploads" / "dirlink").symlink_to(root / "private")
+    async with await create_wasm_sandbox(
+        wasm_module_path=FSPROBE, policy=policy(root, fs=["rw:./uploads/*"])
+    ) as sb:
+        res = await sb.run(argv=["fsprobe", "read", "/uploads/link"])
+        res2 = await sb.run(argv=["fsprobe", "read", "/uploads/dirlink/s.txt"])
+    assert res.exit_code == 1 and b"secret" not in res.stdout
+    assert res2.exit_code == 1 and b"secret" not in res2.stdout
+
+
+@pytest.mark.parametrize("rule", ["./uploads/a.txt", "./uploads/*.txt", "./up*/a"])
+async def test_rule_not_expressible_as_preopen_is_refused_and_counted(
+    root: Path, rule: str
+) -> None:
+    metrics = InMemoryMetrics()
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(
+            wasm_module_path=FSPROBE, policy=policy(root, fs=[rule]), metrics=metrics
+        )
+    assert info.value.code == "SAND_WASM_PREOPEN_DENIED"
+    assert (
+        metrics.value(
+            "plugin.permission_denied_total",
+            plugin="guest",
+            capability="fs",
+            reason="path-not-in-allowlist",
+        )
+        == 1
+    )
+
+
+async def test_nothing_is_inherited_argv_env_or_stdio(root: Path) -> None:
+    async with await create_wasm_sandbox(wasm_module_path=FSPROBE, policy=policy(root)) as sb:
+        res = await sb.run(argv=["fsprobe", "echo", "-"], stdin=b"given")
+    assert (res.exit_code, res.stdout, res.stderr) == (7, b"given", b"err\n")
+
+
+# -- versions and instantiation ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["wasi_unstable", "wasi_snapshot_preview0"])
+async def test_old_wasi_versions_are_refused_before_instantiation(
+    root: Path, wat: Callable[[str], Path], module: str
+) -> None:
+    path = wat(
+        f'(module (import "{module}" "fd_write" (func (param i32 i32 i32 i32) (result i32))))'
+    )
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(wasm_module_path=path, policy=policy(root))
+    assert info.value.code == "SAND_WASM_WASI_VERSION_UNSUPPORTED"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '(module (import "env" "f" (func)))',
+        '(module (import "wasi_snapshot_preview1" "no_such_call" (func)))',
+        '(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32))))',
+    ],
+    ids=["unknown-module", "missing-import", "wrong-signature"],
+)
+async def test_other_instantiation_failures_are_coded(
+    root: Path, wat: Callable[[str], Path], text: str
+) -> None:
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(wasm_module_path=wat(text), policy=policy(root))
+    assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+
+
+async def test_bad_bytes_fail_with_the_cause_chained(root: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.wasm"
+    bad.write_bytes(b"\0asm\x02\0\0\0garbage")
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(wasm_module_path=bad, policy=policy(root))
+    assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+    assert info.value.__cause__ is not None
+
+
+async def test_second_create_of_same_module_does_not_recompile(root: Path) -> None:
+    async with await create_wasm_sandbox(wasm_module_path=FSPROBE, policy=policy(root)):
+        pass
+    before = _engine.compile_count()
+    async with await create_wasm_sandbox(wasm_module_path=FSPROBE, policy=policy(root)):
+        pass
+    assert _engine.compile_count() == before
+
+
+# -- host imports --------------------------------------------------------------------------
+
+
+async def test_denied_secret_returns_acces_and_never_reaches_the_adapter(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    secrets = DictSecrets({"API_KEY": "k", "OTHER_KEY": "o"})
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(IMPORTS_WAT),
+        policy=policy(root, secrets=[{"name": "API_KEY"}]),
+        proxies=Adapters(secrets=secrets),
+    ) as sb:
+        assert await sb.call("secret", 16, 9) == Errno.ACCES
+        assert secrets.requested == []
+        assert await sb.call("secret", 0, 7) == Errno.SUCCESS
+        assert secrets.requested == ["API_KEY"]
+        assert await sb.call("load", 512) == 1
+        assert [d.code for d in sb.denials] == ["SAND_PERM_DENIED"]
+
+
+async def test_out_of_range_pointers_get_fault_never_an_exception(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    secrets = DictSecrets({"API_KEY": "k"})
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(IMPORTS_WAT),
+        policy=policy(root, secrets=[{"name": "API_KEY"}]),
+        proxies=Adapters(secrets=secrets),
+    ) as sb:
+        assert await sb.call("secret", 65530, 100) == Errno.FAULT
+        assert await sb.call("secret", -1, 7) == Errno.FAULT
+        assert await sb.call("secret_raw", 0, 7, 65535, 64, 0) == Errno.FAULT
+        assert await sb.call("secret_raw", 0, 7, 256, 64, 65534) == Errno.FAULT
+        assert await sb.call("secret_raw", 0, 7, 256, 0, 512) == Errno.NOBUFS
+        assert await sb.call("load", 512) == 1
+
+
+async def test_denied_connect_opens_no_socket_and_is_reported(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    fetch = FakeFetch()
+    metrics = InMemoryMetrics()
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(IMPORTS_WAT),
+        policy=policy(root, fetch=["api.stripe.com"]),
+        proxies=Adapters(fetch=fetch),
+        metrics=metrics,
+    ) as sb:
+        before = _sockets_open()
+        assert await sb.call("connect", 64, 16) == Errno.ACCES
+        assert _sockets_open() == before
+        assert fetch.connects == []
+        assert [d.code for d in sb.denials] == ["SAND_WASM_OUTBOUND_DENIED"]
+        assert (
+            metrics.value(
+                "plugin.permission_denied_total",
+                plugin="guest",
+                capability="fetch",
+                reason="host-not-in-allowlist",
+            )
+            == 1
+        )
+        assert await sb.call("connect", 32, 14) == Errno.SUCCESS
+        assert fetch.connects == [("api.stripe.com", 443)]
+        assert await sb.call("load", 520) == 3
+    fetch.close()
+
+
+# -- budgets -------------------------------------------------------------------------------
+
+
+async def test_infinite_loop_ends_with_wall_clock_budget(root: Path) -> None:
+    metrics = InMemoryMetrics()
+    path = FIXTURES / "spin.wasm"
+    budgets = {"wallClockMs": 50}
+    async with await create_wasm_sandbox(
+        wasm_module_path=path, policy=policy(root, budgets=budgets), metrics=metrics
+    ) as sb:
+        with pytest.raises(SuaveplanError) as info:
+            await sb.run(argv=["spin"])
+    assert info.value.code == "BUDGET_EXCEEDED"
+    assert info.value.details["budget"] == "wallClockMs"
+    assert metrics.value("plugin.budget_exceeded_total", plugin="guest", budget="wallClockMs") == 1
+
+
+async def test_memory_bomb_ends_with_memory_budget(root: Path) -> None:
+    metrics = InMemoryMetrics()
+    async with await create_wasm_sandbox(
+        wasm_module_path=FIXTURES / "membomb.wasm",
+        policy=policy(root, budgets={"memoryMb": 24}),
+        metrics=metrics,
+    ) as sb:
+        with pytest.raises(SuaveplanError) as info:
+            await sb.run(argv=["membomb"])
+    assert info.value.details["budget"] == "memoryMb"
+    assert metrics.value("plugin.budget_exceeded_total", plugin="guest", budget="memoryMb") == 1
+
+
+async def test_wat_memory_bomb_trap_is_memory_budget(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    text = """(module (memory (export "memory") 1)
+      (func (export "bomb")
+        (block (loop (br_if 1 (i32.eq (memory.grow (i32.const 1)) (i32.const -1))) (br 0)))
+        unreachable))"""
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(text), policy=policy(root, budgets={"memoryMb": 2})
+    ) as sb:
+        with pytest.raises(SuaveplanError) as info:
+            await sb.call("bomb")
+    assert info.value.code == "BUDGET_EXCEEDED"
+
+
+# -- dispose -------------------------------------------------------------------------------
+
+
+async def test_dispose_closes_preopen_descriptors_and_is_idempotent(root: Path) -> None:
+    before = _fds()
+    sb = await create_wasm_sandbox(
+        wasm_module_path=FSPROBE, policy=policy(root, fs=["./uploads/*", "./private/*"])
+    )
+    assert _fds() > before
+    await sb.dispose()
+    await sb.dispose()
+    assert _fds() == before
+    with pytest.raises(SuaveplanError) as info:
+        await sb.run(argv=["fsprobe"])
+    assert info.value.code == "SAND_WASM_DISPOSED"
+
+
+async def test_unknown_export_is_coded(root: Path, wat: Callable[[str], Path]) -> None:
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(IMPORTS_WAT), policy=policy(root)
+    ) as sb:
+        with pytest.raises(SuaveplanError) as info:
+            await sb.call("nope")
+    assert info.value.code == "SAND_WASM_NO_SUCH_EXPORT"
+
+
+# -- fixtures ------------------------------------------------------------------------------
+
+
+def test_each_committed_fixture_matches_its_recorded_source_hash() -> None:
+    for manifest in (FIXTURES / "hashes.json", FIXTURES.parents[2] / "examples/wasm/hashes.json"):
+        if not manifest.exists():
+            continue
+        for wasm_name, digest in json.loads(manifest.read_text()).items():
+            src = manifest.parent / wasm_name.replace(".wasm", ".c")
+            assert (manifest.parent / wasm_name).is_file(), wasm_name
+            assert hashlib.sha256(src.read_bytes()).hexdigest() == digest, wasm_name
