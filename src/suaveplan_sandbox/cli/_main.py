@@ -193,6 +193,17 @@ def demo(examples: str) -> None:
     sys.exit(run_demo(Path(examples)))
 
 
+@cli.command()
+@click.argument("docs", type=click.Path(file_okay=False), default="docs")
+def reference(docs: str) -> None:
+    """Regenerate the error-code and metrics reference pages under DOCS."""
+    from suaveplan_sandbox.cli._reference import write_reference
+
+    for path in write_reference(Path(docs)):
+        click.echo(f"wrote {path}")
+    sys.exit(EXIT_ALLOW)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code instead of raising for scripted use."""
     try:
