@@ -28,7 +28,8 @@ def metrics_markdown() -> str:
     lines = [
         "# Metrics",
         "",
-        "Generated from `suaveplan_sandbox.metrics.METRICS`. Prometheus names replace `.` with `_`.",
+        "Generated from `suaveplan_sandbox.metrics.METRICS`.",
+        "Prometheus names replace `.` with `_`.",
         "",
         "| name | Prometheus | labels | meaning |",
         "|---|---|---|---|",
