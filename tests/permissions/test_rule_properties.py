@@ -57,7 +57,8 @@ def _reference_allows(rule: str, target: str) -> bool:
         return True
     if pattern == "*":
         return True
-    return pattern.endswith("/*") and target == pattern[:-2]
+    # `dir/*` also grants `dir` itself; with a `*` in `dir`, every directory it names.
+    return pattern.endswith("/*") and fnmatch.fnmatchcase(target, pattern[:-2])
 
 
 @given(paths)
