@@ -27,8 +27,9 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
-from suaveplan_sandbox.permissions._fetch_rules import FetchRuleError, FetchRuleSet
-from suaveplan_sandbox.permissions._fs_rules import FsRuleError, FsRuleSet
+from suaveplan_sandbox.permissions._fetch_rules import FetchRuleError
+from suaveplan_sandbox.permissions._fs_rules import FsRuleError
+from suaveplan_sandbox.permissions._rule_cache import compiled_fetch_rules, compiled_fs_rules
 from suaveplan_sandbox.permissions._topic_rules import validate_topic_rule
 
 MAX_MANIFEST_BYTES: Final = 1024 * 1024
@@ -75,7 +76,7 @@ class PermissionsBlock(_Strict):
     @classmethod
     def _fs_rules_compile(cls, rules: tuple[str, ...]) -> tuple[str, ...]:
         try:
-            FsRuleSet(rules)
+            compiled_fs_rules(rules)
         except FsRuleError as exc:
             raise _RuleError(exc.index, exc.message) from None
         return rules
@@ -84,7 +85,7 @@ class PermissionsBlock(_Strict):
     @classmethod
     def _fetch_rules_compile(cls, rules: tuple[str, ...]) -> tuple[str, ...]:
         try:
-            FetchRuleSet(rules)
+            compiled_fetch_rules(rules)
         except FetchRuleError as exc:
             raise _RuleError(exc.index, exc.message) from None
         return rules

@@ -10,6 +10,7 @@ from typing import Literal, final
 from suaveplan_sandbox.permissions._fetch_rules import FetchRuleSet
 from suaveplan_sandbox.permissions._fs_rules import FsRuleSet
 from suaveplan_sandbox.permissions._manifest import Budgets, Manifest, load_manifest
+from suaveplan_sandbox.permissions._rule_cache import compiled_fetch_rules, compiled_fs_rules
 from suaveplan_sandbox.permissions._sql_gate import SqlGate
 from suaveplan_sandbox.permissions._topic_rules import TopicRuleSet
 
@@ -38,8 +39,9 @@ class PermissionPolicy:
     def __init__(self, manifest: Manifest, *, root: Path, sql_dialect: SqlDialect) -> None:
         self._manifest = manifest
         self._root = root
-        self._fs = FsRuleSet(manifest.permissions.fs)
-        self._fetch = FetchRuleSet(manifest.permissions.fetch)
+        # Validation already compiled these; the cache hands back the same immutable sets.
+        self._fs = compiled_fs_rules(manifest.permissions.fs)
+        self._fetch = compiled_fetch_rules(manifest.permissions.fetch)
         self._sql = SqlGate(manifest.table_prefix, dialect=sql_dialect)
         self._publishes = TopicRuleSet(manifest.events.publishes)
         self._subscribes = TopicRuleSet(manifest.events.subscribes)
