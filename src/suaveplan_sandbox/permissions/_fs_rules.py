@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -19,7 +19,6 @@ from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
 MAX_PATH_BYTES: Final = 4096
 MAX_SEGMENT_BYTES: Final = 255
 _WRITE_PREFIX: Final = "rw:"
-_MODES: Final = frozenset({"read", "write"})
 
 
 class FsRuleError(ValueError):
@@ -45,6 +44,8 @@ class Preopen:
 def _check_limits(path: str) -> bool:
     if "\0" in path:
         return False
+    if len(path) <= MAX_SEGMENT_BYTES and path.isascii():
+        return True  # the common case: short ASCII is within every byte limit
     try:
         raw = path.encode("utf-8")
     except UnicodeEncodeError:
@@ -58,9 +59,7 @@ def _check_limits(path: str) -> bool:
 
 def normalize_request_path(path: object) -> str | DenyReason:
     """The root-relative lexical form of `path` (`"."` for the root), or why it is refused."""
-    if type(path) is not str or not path:
-        return DenyReason.INVALID_PATH
-    if not _check_limits(path):
+    if type(path) is not str or not path or not _check_limits(path):
         return DenyReason.INVALID_PATH
     # posixpath.normpath keeps leading `..` for relative input, so any climb above the root
     # (even one a later segment comes back from) shows up as a leading `..`.
@@ -120,6 +119,17 @@ def _bucket_key(pattern: str) -> str:
     return literal[:slash] if slash >= 0 else "."
 
 
+# (index, fullmatch or None for exact, writable, verbatim text): tuples keep the hot loop cheap.
+_Entry = tuple[int, Callable[[str], object], bool, str]
+
+
+def _entry(rule: _Rule) -> _Entry:
+    fullmatch: Callable[[str], object] = (
+        rule.regex.fullmatch if rule.regex is not None else rule.pattern.__eq__
+    )
+    return (rule.index, fullmatch, rule.writable, rule.text)
+
+
 @final
 class FsRuleSet:
     """Compiled fs rules. `check` returns `Allow(rule, target)` or `Deny("fs", reason)`."""
@@ -137,47 +147,56 @@ class FsRuleSet:
                 exact.setdefault(rule.pattern, []).append(rule)
             else:
                 globs.setdefault(_bucket_key(rule.pattern), []).append(rule)
-        self._exact = {k: tuple(v) for k, v in exact.items()}
-        self._globs = {k: tuple(v) for k, v in globs.items()}
+        self._exact = {k: tuple(_entry(r) for r in v) for k, v in exact.items()}
+        self._globs = {k: tuple(_entry(r) for r in v) for k, v in globs.items()}
 
-    def _matches(self, target: str) -> list[_Rule]:
-        found = list(self._exact.get(target, ()))
+    def _best(self, target: str, write: bool) -> tuple[_Entry | None, bool]:
+        """The lowest-index rule granting `target` for the mode, and whether any rule matched."""
+        best: _Entry | None = None
+        matched = False
+        for entry in self._exact.get(target, ()):
+            matched = True
+            if not write or entry[2]:
+                best = entry
+                break
         globs = self._globs
-        if globs:
-            # Buckets at the root, at each ancestor directory and at the target itself.
-            keys = ["."]
-            if target != ".":
-                start = 0
-                while True:
-                    slash = target.find("/", start)
-                    if slash < 0:
-                        keys.append(target)
+        if not globs:
+            return best, matched
+        # Buckets at the root, at each ancestor directory and at the target itself.
+        key = "."
+        slash = -1
+        while True:
+            bucket = globs.get(key)
+            if bucket is not None:
+                for entry in bucket:
+                    if best is not None and entry[0] > best[0]:
                         break
-                    keys.append(target[:slash])
-                    start = slash + 1
-            for key in keys:
-                bucket = globs.get(key)
-                if bucket is not None:
-                    found.extend(
-                        r for r in bucket if r.regex is not None and r.regex.fullmatch(target)
-                    )
-        return found
+                    if entry[1](target) is not None:
+                        matched = True
+                        if not write or entry[2]:
+                            best = entry
+                            break
+            if key is target or target == ".":
+                return best, matched
+            slash = target.find("/", slash + 1)
+            key = target if slash < 0 else target[:slash]
 
     def check(self, path: object, mode: object = "read") -> Allow | Deny:
-        if type(mode) is not str or mode not in _MODES:
+        if mode == "read":
+            write = False
+        elif mode == "write":
+            write = True
+        else:
             return Deny(capability="fs", reason=DenyReason.MODE_NOT_PERMITTED)
         target = normalize_request_path(path)
         if isinstance(target, DenyReason):
             return Deny(capability="fs", reason=target)
-        found = self._matches(target)
-        if not found:
-            return Deny(capability="fs", reason=DenyReason.PATH_NOT_IN_ALLOWLIST)
-        if mode == "write":
-            found = [r for r in found if r.writable]
-            if not found:
-                return Deny(capability="fs", reason=DenyReason.MODE_NOT_PERMITTED)
-        best = min(found, key=lambda r: r.index)
-        return Allow(rule=best.text, target=target)
+        best, matched = self._best(target, write)
+        if best is not None:
+            return Allow(rule=best[3], target=target)
+        if matched:
+            return Deny(capability="fs", reason=DenyReason.MODE_NOT_PERMITTED)
+        return Deny(capability="fs", reason=DenyReason.PATH_NOT_IN_ALLOWLIST)
 
     def preopens(self) -> tuple[Preopen, ...]:
         """One entry per rule: `dir/*` and `dir/` (an explicit directory) preopen `dir`."""
