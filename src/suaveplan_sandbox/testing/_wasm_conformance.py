@@ -1,0 +1,223 @@
+"""`run_wasm_sandbox_conformance(label, make_sandbox)`: the WASM spec's scenarios as a harness.
+
+`make_sandbox(**kwargs)` must accept the keyword arguments of `create_wasm_sandbox`
+(`wasm_module_path`, `policy`, `proxies`, `metrics`) and return an awaitable sandbox. Works
+without pytest; raises one `AssertionError` naming each failed scenario. `WASM_SCENARIOS`
+lists them for per-item pytest parametrisation. Guests are WAT, compiled here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, Final
+
+import wasmtime
+
+from suaveplan_sandbox.adapters import Adapters
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.metrics import InMemoryMetrics
+from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.testing._fakes import DictSecrets, FakeFetch
+from suaveplan_sandbox.testing._scenarios import Scenario, run_scenarios
+
+MakeSandbox = Callable[..., Awaitable[Any]]
+
+_GUEST: Final = """
+(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "suaveplan" "secrets_get" (func $sg (param i32 i32 i32 i32 i32) (result i32)))
+  (import "suaveplan" "sock_connect" (func $sc (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "OTHER_KEY")
+  (data (i32.const 32) "evil.example.com")
+  (data (i32.const 64) "api.stripe.com")
+  (data (i32.const 96) "new.txt")
+  (func (export "secret_other") (result i32)
+    (call $sg (i32.const 0) (i32.const 9) (i32.const 256) (i32.const 64) (i32.const 512)))
+  (func (export "connect_evil") (result i32)
+    (call $sc (i32.const 32) (i32.const 16) (i32.const 443) (i32.const 520)))
+  (func (export "connect_stripe") (result i32)
+    (call $sc (i32.const 64) (i32.const 14) (i32.const 443) (i32.const 520)))
+  (func (export "create_in_preopen") (result i32)
+    (call $open (i32.const 3) (i32.const 0) (i32.const 96) (i32.const 7) (i32.const 1)
+      (i64.const 0x40) (i64.const 0) (i32.const 0) (i32.const 600))))
+"""
+_OLD_WASI: Final = (
+    '(module (import "wasi_snapshot_preview0" "fd_write" '
+    "(func (param i32 i32 i32 i32) (result i32))))"
+)
+
+
+def _policy(root: Path, **permissions: object) -> PermissionPolicy:
+    extra: dict[str, object] = {}
+    if "secrets" in permissions:
+        extra["secrets"] = permissions.pop("secrets")
+    manifest = {"name": "conformance", "permissions": permissions, **extra}
+    return PermissionPolicy.from_manifest(manifest, root=root)
+
+
+def _with_root(
+    body: Callable[[MakeSandbox, Path], Awaitable[None]],
+) -> Callable[[MakeSandbox], None]:
+    def check(make: MakeSandbox) -> None:
+        with tempfile.TemporaryDirectory(prefix="suaveplan-wasm-conf-") as tmp:
+            root = Path(tmp)
+            (root / "uploads").mkdir()
+            (root / "other").mkdir()
+            (root / "guest.wasm").write_bytes(wasmtime.wat2wasm(_GUEST))
+            (root / "old.wasm").write_bytes(wasmtime.wat2wasm(_OLD_WASI))
+            asyncio.run(body(make, root))
+
+    return check
+
+
+async def _instantiation_honours_policy(make: MakeSandbox, root: Path) -> None:
+    sb = await make(wasm_module_path=root / "guest.wasm", policy=_policy(root, fs=["./uploads/*"]))
+    try:
+        assert [p.guest for p in sb.preopens] == ["/uploads"], sb.preopens
+        assert [p.host for p in sb.preopens] == [(root / "uploads").resolve()]
+    finally:
+        await sb.dispose()
+
+
+async def _unsupported_wasi_rejected(make: MakeSandbox, root: Path) -> None:
+    try:
+        await make(wasm_module_path=root / "old.wasm", policy=_policy(root))
+    except SuaveplanError as exc:
+        assert exc.code == "SAND_WASM_WASI_VERSION_UNSUPPORTED", exc.code
+    else:
+        raise AssertionError("wasi_snapshot_preview0 was instantiated")
+
+
+async def _read_only_by_default(make: MakeSandbox, root: Path) -> None:
+    sb = await make(wasm_module_path=root / "guest.wasm", policy=_policy(root, fs=["./uploads/*"]))
+    try:
+        errno = await sb.call("create_in_preopen")
+        assert errno != 0, "a write into a read-only preopen succeeded"
+        assert not (root / "uploads" / "new.txt").exists()
+    finally:
+        await sb.dispose()
+
+
+async def _rw_prefix_enables_write(make: MakeSandbox, root: Path) -> None:
+    sb = await make(
+        wasm_module_path=root / "guest.wasm", policy=_policy(root, fs=["rw:./uploads/*"])
+    )
+    try:
+        assert await sb.call("create_in_preopen") == 0
+        assert (root / "uploads" / "new.txt").exists()
+    finally:
+        await sb.dispose()
+
+
+async def _preopen_refused_not_widened(make: MakeSandbox, root: Path) -> None:
+    metrics = InMemoryMetrics()
+    try:
+        await make(
+            wasm_module_path=root / "guest.wasm",
+            policy=_policy(root, fs=["./uploads/a.txt"]),
+            metrics=metrics,
+        )
+    except SuaveplanError as exc:
+        assert exc.code == "SAND_WASM_PREOPEN_DENIED", exc.code
+    else:
+        raise AssertionError("a single-file rule was widened to a preopen")
+    assert (
+        metrics.value(
+            "plugin.permission_denied_total",
+            plugin="conformance",
+            capability="fs",
+            reason="path-not-in-allowlist",
+        )
+        == 1
+    )
+
+
+def _sockets() -> int:
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            count += str(fd.readlink()).startswith("socket:")
+        except OSError:
+            continue
+    return count
+
+
+async def _outbound_allowlist(make: MakeSandbox, root: Path) -> None:
+    fetch, metrics = FakeFetch(), InMemoryMetrics()
+    sb = await make(
+        wasm_module_path=root / "guest.wasm",
+        policy=_policy(root, fetch=["api.stripe.com"]),
+        proxies=Adapters(fetch=fetch),
+        metrics=metrics,
+    )
+    try:
+        before = _sockets()
+        assert await sb.call("connect_evil") == 2, "denied connect must return ACCES"
+        assert _sockets() == before, "a denied connect created a socket"
+        assert fetch.connects == []
+        assert "SAND_WASM_OUTBOUND_DENIED" in [d.code for d in sb.denials]
+        assert (
+            metrics.value(
+                "plugin.permission_denied_total",
+                plugin="conformance",
+                capability="fetch",
+                reason="host-not-in-allowlist",
+            )
+            == 1
+        )
+        assert await sb.call("connect_stripe") == 0
+        assert fetch.connects == [("api.stripe.com", 443)]
+    finally:
+        await sb.dispose()
+        fetch.close()
+
+
+async def _denied_import_never_reaches_adapter(make: MakeSandbox, root: Path) -> None:
+    secrets = DictSecrets({"API_KEY": "k", "OTHER_KEY": "o"})
+    sb = await make(
+        wasm_module_path=root / "guest.wasm",
+        policy=_policy(root, secrets=[{"name": "API_KEY"}]),
+        proxies=Adapters(secrets=secrets),
+    )
+    try:
+        assert await sb.call("secret_other") == 2
+        assert secrets.requested == []
+    finally:
+        await sb.dispose()
+
+
+async def _dispose_idempotent(make: MakeSandbox, root: Path) -> None:
+    sb = await make(wasm_module_path=root / "guest.wasm", policy=_policy(root, fs=["./uploads/*"]))
+    await sb.dispose()
+    await sb.dispose()
+    try:
+        await sb.call("secret_other")
+    except SuaveplanError as exc:
+        assert exc.code == "SAND_WASM_DISPOSED", exc.code
+    else:
+        raise AssertionError("call after dispose succeeded")
+
+
+WASM_SCENARIOS: Final[tuple[Scenario[MakeSandbox], ...]] = (
+    Scenario("instantiation honours the policy", _with_root(_instantiation_honours_policy)),
+    Scenario("rejects unsupported WASI version", _with_root(_unsupported_wasi_rejected)),
+    Scenario("read-only by default", _with_root(_read_only_by_default)),
+    Scenario("rw prefix enables write", _with_root(_rw_prefix_enables_write)),
+    Scenario("inexpressible rule refused, never widened", _with_root(_preopen_refused_not_widened)),
+    Scenario("denied destination never opens a socket", _with_root(_outbound_allowlist)),
+    Scenario(
+        "denied capability import never reaches host adapter",
+        _with_root(_denied_import_never_reaches_adapter),
+    ),
+    Scenario("dispose is idempotent", _with_root(_dispose_idempotent)),
+)
+
+
+def run_wasm_sandbox_conformance(label: str, make_sandbox: MakeSandbox) -> int:
+    """Run every WASM scenario against `make_sandbox`; returns the number run."""
+    return run_scenarios(label, WASM_SCENARIOS, make_sandbox)
