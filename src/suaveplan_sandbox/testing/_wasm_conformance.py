@@ -61,7 +61,7 @@ def _policy(root: Path, **permissions: object) -> PermissionPolicy:
 
 
 def _with_root(
-    body: Callable[[MakeSandbox, Path], Awaitable[None]],
+    body: Callable[[MakeSandbox, Path], Coroutine[Any, Any, None]],
 ) -> Callable[[MakeSandbox], None]:
     def check(make: MakeSandbox) -> None:
         with tempfile.TemporaryDirectory(prefix="suaveplan-wasm-conf-") as tmp:
