@@ -23,6 +23,8 @@ _ADAPTER: Final = importlib.import_module("ada_url.ada_adapter")
 _ffi: Final[Any] = _ADAPTER.ffi
 _lib: Final[Any] = _ADAPTER.lib
 _HTTP_PREFIX: Final = "http:"
+_CACHE_ENTRIES: Final = 4096
+_CACHED_URL_CHARS: Final = 2048
 _DEFAULT_PORTS: Final = {"https": 443, "http": 80}
 # Delimiters and anything the WHATWG parser would silently strip or reinterpret.
 _FORBIDDEN_HOST_CHARS: Final = frozenset("/\\?#@%*[]: \t\r\n\x00\x7f") | frozenset(
@@ -199,7 +201,7 @@ def _compile_rule(index: int, text: object) -> tuple[str, bool, _Rule]:
 class FetchRuleSet:
     """Compiled fetch rules: `check(url)` and `check_host(host, port)` for raw connects."""
 
-    __slots__ = ("_exact", "_suffix", "rules")
+    __slots__ = ("_cache", "_exact", "_suffix", "rules")
 
     def __init__(self, rules: Sequence[str]) -> None:
         self.rules: tuple[str, ...] = tuple(rules)
@@ -210,6 +212,7 @@ class FetchRuleSet:
             (suffix if wildcard else exact).setdefault(key, []).append(rule)
         self._exact = {k: tuple(v) for k, v in exact.items()}
         self._suffix = {k: tuple(v) for k, v in suffix.items()}
+        self._cache: dict[str, Allow | Deny] = {}
 
     def _candidates(self, host: str, is_ip: bool, port: int) -> list[_Rule]:
         found = [r for r in self._exact.get(host, ()) if r.port is None or r.port == port]
@@ -224,6 +227,20 @@ class FetchRuleSet:
         return found
 
     def check(self, url: object) -> Allow | Deny:
+        # Decisions are a pure function of (rules, url) and immutable: memoise recent short URLs.
+        if type(url) is str:
+            hit = self._cache.get(url)
+            if hit is not None:
+                return hit
+            decision = self._decide(url)
+            if len(url) <= _CACHED_URL_CHARS:
+                if len(self._cache) >= _CACHE_ENTRIES:
+                    self._cache.clear()
+                self._cache[url] = decision
+            return decision
+        return self._decide(url)
+
+    def _decide(self, url: object) -> Allow | Deny:
         parsed = parse_url(url)
         if parsed is None:
             return Deny(capability="fetch", reason=DenyReason.INVALID_URL)

@@ -19,6 +19,8 @@ from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
 MAX_PATH_BYTES: Final = 4096
 MAX_SEGMENT_BYTES: Final = 255
 _WRITE_PREFIX: Final = "rw:"
+_CACHE_ENTRIES: Final = 4096
+_CACHED_PATH_CHARS: Final = 512
 
 
 class FsRuleError(ValueError):
@@ -134,7 +136,7 @@ def _entry(rule: _Rule) -> _Entry:
 class FsRuleSet:
     """Compiled fs rules. `check` returns `Allow(rule, target)` or `Deny("fs", reason)`."""
 
-    __slots__ = ("_exact", "_globs", "_rules", "rules")
+    __slots__ = ("_exact", "_globs", "_read_cache", "_rules", "_write_cache", "rules")
 
     def __init__(self, rules: Sequence[str]) -> None:
         self.rules: tuple[str, ...] = tuple(rules)
@@ -149,6 +151,8 @@ class FsRuleSet:
                 globs.setdefault(_bucket_key(rule.pattern), []).append(rule)
         self._exact = {k: tuple(_entry(r) for r in v) for k, v in exact.items()}
         self._globs = {k: tuple(_entry(r) for r in v) for k, v in globs.items()}
+        self._read_cache: dict[str, Allow | Deny] = {}
+        self._write_cache: dict[str, Allow | Deny] = {}
 
     def _best(self, target: str, write: bool) -> tuple[_Entry | None, bool]:
         """The lowest-index rule granting `target` for the mode, and whether any rule matched."""
@@ -184,10 +188,27 @@ class FsRuleSet:
     def check(self, path: object, mode: object = "read") -> Allow | Deny:
         if mode == "read":
             write = False
+            cache = self._read_cache
         elif mode == "write":
             write = True
+            cache = self._write_cache
         else:
             return Deny(capability="fs", reason=DenyReason.MODE_NOT_PERMITTED)
+        # Decisions are a pure function of (rules, path, mode) and immutable, so a bounded
+        # memo of recent short paths is safe; guests tend to touch the same few files.
+        if type(path) is str:
+            hit = cache.get(path)
+            if hit is not None:
+                return hit
+            decision = self._decide(path, write)
+            if len(path) <= _CACHED_PATH_CHARS:
+                if len(cache) >= _CACHE_ENTRIES:
+                    cache.clear()
+                cache[path] = decision
+            return decision
+        return self._decide(path, write)
+
+    def _decide(self, path: object, write: bool) -> Allow | Deny:
         target = normalize_request_path(path)
         if isinstance(target, DenyReason):
             return Deny(capability="fs", reason=target)
