@@ -1,5 +1,6 @@
 """Run WASI preview 1 modules under wasmtime with exactly the capabilities the policy grants."""
 
+from suaveplan_sandbox.wasm._blocking import BlockingWasmSandbox, create_wasm_sandbox_blocking
 from suaveplan_sandbox.wasm._errno import Errno
 from suaveplan_sandbox.wasm._sandbox import (
     PreopenSpec,
@@ -8,4 +9,12 @@ from suaveplan_sandbox.wasm._sandbox import (
     create_wasm_sandbox,
 )
 
-__all__ = ["Errno", "PreopenSpec", "RunResult", "WasmSandbox", "create_wasm_sandbox"]
+__all__ = [
+    "BlockingWasmSandbox",
+    "Errno",
+    "PreopenSpec",
+    "RunResult",
+    "WasmSandbox",
+    "create_wasm_sandbox",
+    "create_wasm_sandbox_blocking",
+]
