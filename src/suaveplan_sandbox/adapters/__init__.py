@@ -1,5 +1,7 @@
 """Host adapters: the only code that touches files, networks, databases, secrets and buses."""
 
+from suaveplan_sandbox.adapters._audit import JsonLinesAudit, iter_audit
+from suaveplan_sandbox.adapters._events import InProcessEventBus
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
 from suaveplan_sandbox.adapters._protocols import (
     Adapters,
@@ -16,6 +18,7 @@ from suaveplan_sandbox.adapters._protocols import (
     SecretsAdapter,
     Subscription,
 )
+from suaveplan_sandbox.adapters._secrets import DirectorySecrets, EnvSecrets, StaticSecrets
 
 __all__ = [
     "Adapters",
@@ -23,13 +26,19 @@ __all__ = [
     "AuditSink",
     "BeneathRootFs",
     "DbAdapter",
+    "DirectorySecrets",
+    "EnvSecrets",
     "EventHandler",
     "EventsAdapter",
     "FetchAdapter",
     "FsAdapter",
     "HttpRequest",
     "HttpResponse",
+    "InProcessEventBus",
+    "JsonLinesAudit",
     "QueryResult",
     "SecretsAdapter",
+    "StaticSecrets",
     "Subscription",
+    "iter_audit",
 ]
