@@ -98,8 +98,12 @@ def _guarded(fn: Callable[..., int]) -> Callable[..., int]:
     return host
 
 
-def define(linker: wasmtime.Linker, sb: WasmSandbox) -> None:
-    """Define every `suaveplan.*` import on `linker` for sandbox `sb`."""
+def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
+    """Define every `suaveplan.*` import on `linker`; `current()` is the calling sandbox.
+
+    The linker is shared by every sandbox in the process (defining imports per store costs
+    more than instantiating), so each import looks its sandbox up at call time.
+    """
 
     def sock_connect(
         c: wasmtime.Caller, host_ptr: int, host_len: int, port: int, fd_out: int
@@ -107,18 +111,18 @@ def define(linker: wasmtime.Linker, sb: WasmSandbox) -> None:
         host = _text(c, host_ptr, host_len)
         if not _memory.write_u32(_memory_of(c), c, fd_out, 0):
             return Errno.FAULT
-        sock = sb._dispatch("fetch", "connect", {"host": host, "port": port})
+        sock = current()._dispatch("fetch", "connect", {"host": host, "port": port})
         if not isinstance(sock, socket.socket):
             return Errno.IO
         sock.settimeout(_SOCK_TIMEOUT_S)
-        fd = sb._next_fd
-        sb._next_fd += 1
-        sb._sockets[fd] = sock
+        fd = current()._next_fd
+        current()._next_fd += 1
+        current()._sockets[fd] = sock
         _memory.write_u32(_memory_of(c), c, fd_out, fd)
         return Errno.SUCCESS
 
     def sock_send(c: wasmtime.Caller, fd: int, buf: int, length: int, sent_out: int) -> int:
-        sock = sb._sockets.get(fd)
+        sock = current()._sockets.get(fd)
         if sock is None:
             return Errno.BADF
         data = _read(c, buf, length)
@@ -129,7 +133,7 @@ def define(linker: wasmtime.Linker, sb: WasmSandbox) -> None:
         return Errno.SUCCESS
 
     def sock_recv(c: wasmtime.Caller, fd: int, buf: int, cap: int, len_out: int) -> int:
-        sock = sb._sockets.get(fd)
+        sock = current()._sockets.get(fd)
         if sock is None:
             return Errno.BADF
         mem = _memory_of(c)
@@ -139,7 +143,7 @@ def define(linker: wasmtime.Linker, sb: WasmSandbox) -> None:
         return _out(c, data, buf, cap, len_out)
 
     def sock_close(c: wasmtime.Caller, fd: int) -> int:
-        sock = sb._sockets.pop(fd, None)
+        sock = current()._sockets.pop(fd, None)
         if sock is None:
             return Errno.BADF
         sock.close()
@@ -149,7 +153,7 @@ def define(linker: wasmtime.Linker, sb: WasmSandbox) -> None:
         c: wasmtime.Caller, name_ptr: int, name_len: int, buf: int, cap: int, len_out: int
     ) -> int:
         name = _text(c, name_ptr, name_len)
-        value = sb._dispatch("secrets", "get", {"name": name})
+        value = current()._dispatch("secrets", "get", {"name": name})
         if not isinstance(value, str):
             return Errno.IO
         return _out(c, value.encode("utf-8"), buf, cap, len_out)
@@ -157,7 +161,7 @@ def define(linker: wasmtime.Linker, sb: WasmSandbox) -> None:
     def events_publish(c: wasmtime.Caller, t_ptr: int, t_len: int, p_ptr: int, p_len: int) -> int:
         topic = _text(c, t_ptr, t_len)
         payload = json.loads(_text(c, p_ptr, p_len)) if p_len else None
-        sb._dispatch("events", "publish", {"topic": topic, "payload": payload})
+        current()._dispatch("events", "publish", {"topic": topic, "payload": payload})
         return Errno.SUCCESS
 
     def db_query(  # noqa: PLR0917 — the ABI is positional
@@ -174,7 +178,7 @@ def define(linker: wasmtime.Linker, sb: WasmSandbox) -> None:
         params = json.loads(_text(c, params_ptr, params_len)) if params_len else []
         if not isinstance(params, list):
             return Errno.INVAL
-        result = sb._dispatch("db", "query", {"sql": sql, "params": params})
+        result = current()._dispatch("db", "query", {"sql": sql, "params": params})
         return _out(c, json.dumps(result, separators=(",", ":")).encode(), buf, cap, len_out)
 
     def fetch(  # noqa: PLR0917 — the ABI is positional
@@ -189,7 +193,7 @@ def define(linker: wasmtime.Linker, sb: WasmSandbox) -> None:
             "headers": req.get("headers", []),
             "body": base64.b64decode(req["body_base64"]) if "body_base64" in req else b"",
         }
-        result = sb._dispatch("fetch", "request", args)
+        result = current()._dispatch("fetch", "request", args)
         if not isinstance(result, dict):
             return Errno.IO
         body = result.get("body", b"")

@@ -112,9 +112,31 @@ def resolve_preopens(policy: PermissionPolicy, checker: PermissionChecker) -> li
     return specs
 
 
-class _Budget(Exception):
-    def __init__(self, budget: str) -> None:
-        self.budget = budget
+# The sandbox whose guest is running on this thread (each sandbox runs its guest on its own
+# worker thread); the shared linker's host imports find their sandbox here.
+_current = threading.local()
+_linker_lock = threading.Lock()
+_linkers: dict[int, wasmtime.Linker] = {}
+
+
+def _current_sandbox() -> WasmSandbox:
+    sb = getattr(_current, "sb", None)
+    if not isinstance(sb, WasmSandbox):
+        raise SuaveplanError("SAND_CANCELLED", "no sandbox is running on this thread")
+    return sb
+
+
+def _shared_linker(eng: wasmtime.Engine) -> wasmtime.Linker:
+    from suaveplan_sandbox.wasm._imports import define
+
+    with _linker_lock:
+        linker = _linkers.get(id(eng))
+        if linker is None:
+            linker = wasmtime.Linker(eng)
+            linker.define_wasi()
+            define(linker, _current_sandbox)
+            _linkers[id(eng)] = linker
+        return linker
 
 
 @final
@@ -233,13 +255,14 @@ class WasmSandbox:
         if limit is not None:
             store.set_limits(memory_size=limit * 1024 * 1024)
         store.set_epoch_deadline(_NO_DEADLINE)
-        linker = wasmtime.Linker(eng)
-        linker.define_wasi()
-        self._define_host_imports(linker)
+        previous = getattr(_current, "sb", None)
+        _current.sb = self
         try:
-            instance = linker.instantiate(store, self._module)
+            instance = _shared_linker(eng).instantiate(store, self._module)
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
             raise _engine.translate(exc, during="instantiate") from exc
+        finally:
+            _current.sb = previous
         return store, instance
 
     def _arm_deadline(self, store: wasmtime.Store) -> None:
@@ -260,10 +283,13 @@ class WasmSandbox:
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": export}
                 )
             self._arm_deadline(store)
+            _current.sb = self
             try:
                 return func(store, *args)
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
                 raise self._guest_failure(exc, store, instance) from exc
+            finally:
+                _current.sb = None
 
     def _run_sync(self, argv: tuple[str, ...], stdin: bytes) -> RunResult:
         out, err = bytearray(), bytearray()
@@ -281,6 +307,7 @@ class WasmSandbox:
                 )
             self._arm_deadline(store)
             code = 0
+            _current.sb = self
             try:
                 start(store)
             except wasmtime.ExitTrap as exc:
@@ -290,6 +317,7 @@ class WasmSandbox:
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
                 raise self._guest_failure(exc, store, instance) from exc
             finally:
+                _current.sb = None
                 del store, instance
             return RunResult(exit_code=code, stdout=bytes(out), stderr=bytes(err))
 
@@ -334,11 +362,6 @@ class WasmSandbox:
             return fut.result()
         except concurrent.futures.CancelledError:
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed") from None
-
-    def _define_host_imports(self, linker: wasmtime.Linker) -> None:
-        from suaveplan_sandbox.wasm._imports import define
-
-        define(linker, self)
 
 
 async def create_wasm_sandbox(
