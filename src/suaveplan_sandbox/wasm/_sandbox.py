@@ -162,9 +162,7 @@ class WasmSandbox:
         self._loop = loop
         self._denials = denials
         self._lock = threading.Lock()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="suaveplan-wasm"
-        )
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._sockets: dict[int, socket.socket] = {}
         self._next_fd = 3
         self._disposed = False
@@ -188,11 +186,11 @@ class WasmSandbox:
 
     async def call(self, export: str, *args: int | float) -> Any:
         self._check_alive()
-        return await self._loop.run_in_executor(self._executor, self._call_sync, export, args)
+        return await self._loop.run_in_executor(self._worker(), self._call_sync, export, args)
 
     async def run(self, *, argv: Sequence[str] = (), stdin: bytes = b"") -> RunResult:
         self._check_alive()
-        return await self._loop.run_in_executor(self._executor, self._run_sync, tuple(argv), stdin)
+        return await self._loop.run_in_executor(self._worker(), self._run_sync, tuple(argv), stdin)
 
     async def dispose(self) -> None:
         if self._disposed:
@@ -216,8 +214,17 @@ class WasmSandbox:
 
     # -- internals -------------------------------------------------------------------------
 
+    def _worker(self) -> concurrent.futures.ThreadPoolExecutor:
+        # Created on first use: most of a create's cost would otherwise be this pool.
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="suaveplan-wasm"
+            )
+        return self._executor
+
     def _release(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             self._store = None
             self._instance = None
