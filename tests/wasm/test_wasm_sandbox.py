@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -14,7 +15,7 @@ from suaveplan_sandbox.adapters import Adapters
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.testing._fakes import DictSecrets, FakeFetch
+from suaveplan_sandbox.testing._fakes import DictSecrets, FakeDb, FakeFetch
 from suaveplan_sandbox.wasm import Errno, _engine, create_wasm_sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -345,3 +346,33 @@ def test_each_committed_fixture_matches_its_recorded_source_hash() -> None:
             src = manifest.parent / wasm_name.replace(".wasm", ".c")
             assert (manifest.parent / wasm_name).is_file(), wasm_name
             assert hashlib.sha256(src.read_bytes()).hexdigest() == digest, wasm_name
+
+
+DB_WAT = """
+(module
+  (import "suaveplan" "db_query"
+    (func $q (param i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "SELECT 1")
+  (func (export "query") (result i32)
+    (call $q (i32.const 0) (i32.const 8) (i32.const 0) (i32.const 0)
+      (i32.const 256) (i32.const 1024) (i32.const 2048))))
+"""
+
+
+async def test_dispose_cancels_an_in_flight_host_call(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    db = FakeDb(delay=3600)
+    sb = await create_wasm_sandbox(
+        wasm_module_path=wat(DB_WAT),
+        policy=PermissionPolicy.from_manifest(
+            {"name": "guest", "database": {"tablePrefix": "guest_"}}, root=root
+        ),
+        proxies=Adapters(db=db),
+    )
+    pending = asyncio.ensure_future(sb.call("query"))
+    while not db.queries:
+        await asyncio.sleep(0)
+    await sb.dispose()
+    assert await pending == Errno.CANCELED

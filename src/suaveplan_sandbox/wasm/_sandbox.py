@@ -225,12 +225,14 @@ class WasmSandbox:
     def _release(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            self._store = None
-            self._instance = None
-            for sock in self._sockets.values():
-                sock.close()
-            self._sockets.clear()
+        # No lock: a running guest holds it, and it may be waiting on this very loop for a
+        # host call that gateway.close() just cancelled. The running call keeps its own
+        # references to store and instance until it unwinds; later calls see `disposed`.
+        self._store = None
+        self._instance = None
+        sockets, self._sockets = self._sockets, {}
+        for sock in sockets.values():
+            sock.close()
 
     def _check_alive(self) -> None:
         if self._disposed:
