@@ -19,6 +19,7 @@ from suaveplan_sandbox.adapters._protocols import (
     Subscription,
 )
 from suaveplan_sandbox.adapters._secrets import DirectorySecrets, EnvSecrets, StaticSecrets
+from suaveplan_sandbox.adapters._sqlite import SqliteDb, apply_migrations
 
 __all__ = [
     "Adapters",
@@ -38,7 +39,9 @@ __all__ = [
     "JsonLinesAudit",
     "QueryResult",
     "SecretsAdapter",
+    "SqliteDb",
     "StaticSecrets",
     "Subscription",
+    "apply_migrations",
     "iter_audit",
 ]
