@@ -1,0 +1,142 @@
+"""Worker side of the channel: runs in the forked, hardened child and serves calls.
+
+Blocking and single-threaded: read a frame, run the plugin, write the reply. While a call
+waits on a host call, other Calls and Events are queued and served afterwards.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections import deque
+from typing import NoReturn
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.protocol import (
+    NEED_DATA,
+    Call,
+    Event,
+    Failure,
+    FrameDecoder,
+    HostCall,
+    HostFailure,
+    HostReply,
+    Log,
+    Message,
+    Ready,
+    Result,
+    encode,
+)
+from suaveplan_sandbox.vm._guest import CompiledBundle, GuestRuntime
+
+PROBE_CALL = "__suaveplan_process_probe__"
+
+
+class _Channel:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.decoder = FrameDecoder()
+        self.backlog: deque[Message] = deque()
+
+    def send(self, msg: Message) -> None:
+        self.sock.sendall(encode(msg))
+
+    def read(self) -> Message:
+        while True:
+            msg = self.decoder.next_message()
+            if msg is not NEED_DATA:
+                assert isinstance(msg, Message)
+                return msg
+            data = self.sock.recv(262144)
+            if not data:
+                raise SystemExit(0)
+            self.decoder.receive_data(data)
+
+
+def _process_probe() -> dict[str, object]:
+    """Test-only: raw OS calls after hardening. Reached only when the host enabled the probe."""
+    import os
+
+    out: dict[str, object] = {}
+
+    def attempt(name: str, fn: object) -> None:
+        try:
+            assert callable(fn)
+            fn()
+            out[name] = "allowed"
+        except OSError as exc:
+            out[name] = f"denied:{exc.errno}"
+
+    attempt("open_etc_passwd", lambda: os.close(os.open("/etc/passwd", os.O_RDONLY)))
+    attempt("socket_inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
+    attempt("fork", os.fork)
+    attempt("exec", lambda: os.execv("/bin/true", ["/bin/true"]))  # noqa: S606
+    out["env"] = dict(os.environ)
+    try:
+        out["fds"] = sorted(int(n) for n in os.listdir("/proc/self/fd"))  # noqa: PTH208
+    except OSError as exc:
+        out["fds"] = f"denied:{exc.errno}"
+    return out
+
+
+def serve(
+    sock: socket.socket,
+    compiled: CompiledBundle,
+    hardening: dict[str, object],
+    *,
+    process_probe: bool,
+) -> NoReturn:
+    chan = _Channel(sock)
+    next_id = 0
+
+    def host_call(capability: str, operation: str, args: dict[str, object]) -> object:
+        nonlocal next_id
+        next_id += 1
+        my_id = next_id
+        chan.send(HostCall(id=my_id, capability=capability, operation=operation, args=args))
+        while True:
+            msg = chan.read()
+            if isinstance(msg, HostReply) and msg.id == my_id:
+                return msg.value
+            if isinstance(msg, HostFailure) and msg.id == my_id:
+                raise SuaveplanError.from_wire(msg.error)
+            chan.backlog.append(msg)
+
+    def log(level: str, text: str) -> None:
+        chan.send(
+            Log(
+                level=level if level in {"debug", "info", "warning", "error"} else "info",
+                text=text[:65536],
+            )
+        )
+
+    runtime = GuestRuntime(compiled, host_call=host_call, log=log)
+    try:
+        runtime.start()
+    except SuaveplanError as exc:
+        chan.send(Failure(id=0, error=exc.to_wire()))  # type: ignore[arg-type]
+        raise SystemExit(0) from None
+    chan.send(Ready(hardening=hardening, subscriptions=runtime.subscriptions()))
+    while True:
+        msg = chan.backlog.popleft() if chan.backlog else chan.read()
+        if isinstance(msg, Call):
+            if process_probe and msg.name == PROBE_CALL:
+                chan.send(Result(id=msg.id, value=_process_probe()))
+                continue
+            try:
+                value = runtime.call(msg.name, msg.args, msg.kwargs)
+            except SuaveplanError as exc:
+                chan.send(Failure(id=msg.id, error=exc.to_wire()))  # type: ignore[arg-type]
+            except MemoryError:
+                err = SuaveplanError(
+                    "SAND_VM_PLUGIN_ERROR", "the plugin ran out of memory", {"type": "MemoryError"}
+                )
+                chan.send(Failure(id=msg.id, error=err.to_wire()))  # type: ignore[arg-type]
+            else:
+                chan.send(Result(id=msg.id, value=value))
+        elif isinstance(msg, Event):
+            try:
+                runtime.deliver(msg.topic, msg.payload)
+            except SuaveplanError as exc:
+                log("error", f"event handler failed: {exc.code}")
+        else:
+            raise SystemExit(3)  # out-of-protocol message from the host

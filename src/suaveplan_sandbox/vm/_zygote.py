@@ -1,0 +1,179 @@
+"""Host side of the fork server: start it lazily, send bundles once, ask for workers.
+
+One `ForkServer` per host process (`fork_server()`); requests are synchronous and short
+(a fork takes milliseconds), serialised by a lock so sandboxes on any thread or loop can
+share it. EOF on the control socket marks it dead; the next request restarts it, and a
+request in flight when it died raises `SAND_VM_FORK_SERVER_FAILED`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Final
+
+import msgpack
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.vm._guest import PluginBundle
+
+_BOOTSTRAP: Final = (
+    "import sys, json; sys.path[:0] = json.loads(sys.argv[2]); "
+    "from suaveplan_sandbox.vm._zygote_main import main; main(int(sys.argv[1]))"
+)
+
+
+def _failed(why: str, cause: BaseException | None = None) -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_VM_FORK_SERVER_FAILED", "the fork server is unavailable", {"why": why}, cause
+    )
+
+
+class ForkServer:
+    """A running zygote and its control socket."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ctl: socket.socket | None = None
+        self._loaded: set[str] = set()
+        self._next_id = 0
+        self.exited: dict[int, int] = {}
+        self.live: set[int] = set()
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> socket.socket:
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        paths = [p for p in sys.path if p and Path(p).is_dir()]
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - fixed argv, our own interpreter
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _BOOTSTRAP,
+                    str(child.fileno()),
+                    json.dumps(paths),
+                ],
+                env={},
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError as exc:
+            host.close()
+            raise _failed("spawn", exc) from exc
+        finally:
+            child.close()
+        self._ctl = host
+        self._loaded = set()
+        self.live = set()
+        self.starts += 1
+        return host
+
+    def _mark_dead(self) -> None:
+        if self._ctl is not None:
+            self._ctl.close()
+        self._ctl = None
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+        self._loaded = set()
+
+    def _request(self, ctl: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        self._next_id += 1
+        req["id"] = self._next_id
+        try:
+            socket.send_fds(ctl, [msgpack.packb(req, use_bin_type=True)], fds)
+            while True:
+                data = ctl.recv(65536)
+                if not data:
+                    raise _failed("eof")
+                rep = msgpack.unpackb(data, raw=False)
+                if rep.get("op") == "exited":
+                    self.live.discard(rep["pid"])
+                    self.exited[rep["pid"]] = rep["status"]
+                    continue
+                if rep.get("id") == req["id"]:
+                    return dict(rep)
+        except SuaveplanError:
+            self._mark_dead()
+            raise
+        except OSError as exc:
+            self._mark_dead()
+            raise _failed("io", exc) from exc
+
+    def _ensure(self) -> socket.socket:
+        if self._ctl is not None and self._proc is not None and self._proc.poll() is None:
+            return self._ctl
+        if self._ctl is not None:
+            self._mark_dead()
+        return self._start()
+
+    def fork(
+        self,
+        bundle: PluginBundle,
+        worker_sock: socket.socket,
+        *,
+        rlimits: tuple[int | None, int | None],
+        require: tuple[str, ...],
+        probe: bool = False,
+    ) -> int:
+        """Fork a worker serving `bundle` on `worker_sock` (our end is the caller's). Its pid."""
+        with self._lock:
+            ctl = self._ensure()
+            if bundle.digest not in self._loaded:
+                rep = self._request(ctl, {"op": "load", "bundle": bundle.to_wire()}, [])
+                if rep.get("op") != "loaded":
+                    raise _failed("load")
+                self._loaded.add(bundle.digest)
+            rep = self._request(
+                ctl,
+                {
+                    "op": "fork",
+                    "digest": bundle.digest,
+                    "rlimits": list(rlimits),
+                    "require": list(require),
+                    "probe": probe,
+                },
+                [worker_sock.fileno()],
+            )
+            if rep.get("op") != "forked":
+                raise _failed(str(rep.get("why", "fork")))
+            pid = int(rep["pid"])
+            self.live.add(pid)
+            return pid
+
+    def ping(self) -> int:
+        """The zygote's pid (starting it if needed); also collects exit notices."""
+        with self._lock:
+            return int(self._request(self._ensure(), {"op": "ping"}, [])["pid"])
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._mark_dead()
+
+
+_server: ForkServer | None = None
+_server_lock = threading.Lock()
+
+
+def fork_server() -> ForkServer:
+    """The process-wide fork server (created lazily; started on first use)."""
+    global _server  # noqa: PLW0603 - one fork server per process
+    with _server_lock:
+        if _server is None:
+            _server = ForkServer()
+        return _server
