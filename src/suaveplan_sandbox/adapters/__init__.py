@@ -2,6 +2,7 @@
 
 from suaveplan_sandbox.adapters._audit import JsonLinesAudit, iter_audit
 from suaveplan_sandbox.adapters._events import InProcessEventBus
+from suaveplan_sandbox.adapters._fetch import HttpxFetch, address_refused
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
 from suaveplan_sandbox.adapters._protocols import (
     Adapters,
@@ -35,6 +36,7 @@ __all__ = [
     "FsAdapter",
     "HttpRequest",
     "HttpResponse",
+    "HttpxFetch",
     "InProcessEventBus",
     "JsonLinesAudit",
     "QueryResult",
@@ -42,6 +44,7 @@ __all__ = [
     "SqliteDb",
     "StaticSecrets",
     "Subscription",
+    "address_refused",
     "apply_migrations",
     "iter_audit",
 ]
