@@ -376,3 +376,24 @@ async def test_dispose_cancels_an_in_flight_host_call(
         await asyncio.sleep(0)
     await sb.dispose()
     assert await pending == Errno.CANCELED
+
+
+async def test_disk_cache_serves_a_module_the_host_compiled_earlier(
+    root: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    digest = hashlib.sha256(FSPROBE.read_bytes()).hexdigest()
+    _engine._modules.pop(digest, None)
+    async with await create_wasm_sandbox(
+        wasm_module_path=FSPROBE, policy=policy(root), cache_dir=cache
+    ):
+        pass
+    assert [p.name.startswith(digest) for p in cache.iterdir()] == [True]
+    _engine._modules.pop(digest, None)
+    before = _engine.compile_count()
+    async with await create_wasm_sandbox(
+        wasm_module_path=FSPROBE, policy=policy(root), cache_dir=cache
+    ) as sb:
+        res = await sb.run(argv=["fsprobe", "echo", "-"], stdin=b"x")
+    assert _engine.compile_count() == before
+    assert res.stdout == b"x"
