@@ -19,6 +19,7 @@ from suaveplan_sandbox.adapters._protocols import (
     SecretsAdapter,
     Subscription,
 )
+from suaveplan_sandbox.adapters._redis_events import RedisEventBus
 from suaveplan_sandbox.adapters._secrets import DirectorySecrets, EnvSecrets, StaticSecrets
 from suaveplan_sandbox.adapters._sqlite import SqliteDb, apply_migrations
 
@@ -40,6 +41,7 @@ __all__ = [
     "InProcessEventBus",
     "JsonLinesAudit",
     "QueryResult",
+    "RedisEventBus",
     "SecretsAdapter",
     "SqliteDb",
     "StaticSecrets",
