@@ -50,3 +50,46 @@ def redis_url() -> Iterator[str]:
     proc.terminate()
     proc.wait()
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[str]:
+    if not (PG_BIN / "initdb").exists():
+        pytest.fail(
+            "PostgreSQL 15 is not installed; .ci/run installs it (apt-get install postgresql)"
+        )
+    tmp = Path(tempfile.mkdtemp(prefix="suaveplan-pg-"))
+    shutil.chown(tmp, "postgres")
+    data, sock = tmp / "data", tmp
+    run = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(
+        [*run, str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "admin"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [
+            *run,
+            str(PG_BIN / "pg_ctl"),
+            "-D",
+            str(data),
+            "-w",
+            "-l",
+            str(tmp / "log"),
+            "-o",
+            f"-k {sock} -c listen_addresses='' -p 54329",
+            "start",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    yield f"host={sock} port=54329 user=admin dbname=postgres"
+    subprocess.run(
+        [*run, str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -4,6 +4,7 @@ from suaveplan_sandbox.adapters._audit import JsonLinesAudit, iter_audit
 from suaveplan_sandbox.adapters._events import InProcessEventBus
 from suaveplan_sandbox.adapters._fetch import HttpxFetch, address_refused
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
+from suaveplan_sandbox.adapters._postgres import PostgresDb, provision_postgres_plugin
 from suaveplan_sandbox.adapters._protocols import (
     Adapters,
     AuditRecord,
@@ -40,6 +41,7 @@ __all__ = [
     "HttpxFetch",
     "InProcessEventBus",
     "JsonLinesAudit",
+    "PostgresDb",
     "QueryResult",
     "RedisEventBus",
     "SecretsAdapter",
@@ -49,4 +51,5 @@ __all__ = [
     "address_refused",
     "apply_migrations",
     "iter_audit",
+    "provision_postgres_plugin",
 ]
