@@ -7,6 +7,7 @@ the reason and the matching rule, so a newcomer sees the permission model at wor
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -44,6 +45,12 @@ def run_example(folder: Path, console: Console) -> int:
     console.print(table)
     denied = metrics.value(PERMISSION_DENIED.name)
     console.print(f"plugin.permission_denied_total for {policy.plugin}: {denied:g}\n")
+    from suaveplan_sandbox.cli._demo_runs import run_python_example, run_wasm_example
+
+    if policy.manifest.kind == "python":
+        return asyncio.run(run_python_example(folder, console))
+    if policy.manifest.kind == "wasm":
+        return asyncio.run(run_wasm_example(folder, console))
     return 0
 
 

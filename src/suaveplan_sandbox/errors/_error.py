@@ -102,8 +102,7 @@ def _plain(value: object, depth: int) -> WireValue:
         return [_plain(v, depth + 1) for v in list(value)[:_MAX_DETAIL_ITEMS]]
     if isinstance(value, dict):
         return {
-            str(k)[:256]: _plain(v, depth + 1)
-            for k, v in list(value.items())[:_MAX_DETAIL_ITEMS]
+            str(k)[:256]: _plain(v, depth + 1) for k, v in list(value.items())[:_MAX_DETAIL_ITEMS]
         }
     return type(value).__name__
 

@@ -1,0 +1,1 @@
+CREATE TABLE billing_reports (month TEXT NOT NULL, customers INTEGER NOT NULL);
