@@ -95,7 +95,7 @@ def _plain(value: object, depth: int) -> WireValue:
     if depth > 8:
         return None
     if value is None or isinstance(value, bool | int | float):
-        return value  # type: ignore[return-value]
+        return value
     if isinstance(value, str):
         return value[:_MAX_MESSAGE]
     if isinstance(value, list | tuple):
