@@ -92,3 +92,61 @@ def test_demo_explains_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert "invoice-summary" in out
     assert "path-not-in-allowlist" in out
+
+
+def test_run_calls_a_python_plugin_and_prints_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "uploads").mkdir()
+    (tmp_path / "uploads" / "n.txt").write_text("41")
+    (tmp_path / "plugin.py").write_text(
+        "from suaveplan import fs\n\n"
+        "def add(k):\n    return int(fs.read_text('/uploads/n.txt')) + k\n\n"
+        "def sneak():\n    return fs.read_text('/plugin.py')\n"
+    )
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"name": "p", "permissions": {"fs": ["./uploads/*"]}}))
+    code, out, err = _run(
+        capsys,
+        "run",
+        str(tmp_path / "plugin.py"),
+        "--manifest",
+        str(manifest),
+        "--call",
+        "add",
+        "--args",
+        "[1]",
+        "--json",
+        "--trace",
+    )
+    assert code == 0, err
+    assert json.loads(out) == {"result": 42}
+    assert '"allowed": true' in err
+    code, out, err = _run(
+        capsys, "run", str(tmp_path / "plugin.py"), "--manifest", str(manifest), "--call", "sneak"
+    )
+    assert code == 1
+    assert "SAND_PERM_DENIED" in err and "path-not-in-allowlist" in err
+
+
+def test_run_executes_the_wasm_example_as_a_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    example = EXAMPLE.parents[1] / "wasm"
+    shutil.copytree(example / "root", tmp_path / "root")
+    code, out, err = _run(
+        capsys,
+        "run",
+        str(example / "report.wasm"),
+        "--manifest",
+        str(example / "manifest.toml"),
+        "--root",
+        str(tmp_path / "root"),
+        "--json",
+    )
+    assert code == 0, err
+    result = json.loads(out)["result"]
+    assert result["exit_code"] == 0
+    assert (tmp_path / "root" / "output" / "result.txt").exists()

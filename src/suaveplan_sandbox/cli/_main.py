@@ -85,7 +85,8 @@ def _report(as_json: bool, capability: str, decision: Allow | Deny) -> int:
 def cli(ctx: click.Context, debug: bool) -> None:
     """Run untrusted plugins with exactly the capabilities their manifest declares.
 
-    Exit codes: 0 allow/success, 1 deny, 2 invalid input, 3 internal error.
+    Exit codes: 0 allow/success, 1 deny (or a plugin refused / over budget), 2 invalid input
+    or any other coded error, 3 internal error.
     """
     ctx.obj = {"debug": debug}
 
@@ -191,6 +192,77 @@ def demo(examples: str) -> None:
     from suaveplan_sandbox.cli._demo import run_demo
 
     sys.exit(run_demo(Path(examples)))
+
+
+def _plain_result(value: object) -> object:
+    if isinstance(value, bytes):
+        return {"bytes": value.hex()}
+    if isinstance(value, list | tuple):
+        return [_plain_result(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain_result(v) for k, v in value.items()}
+    return value
+
+
+@cli.command(name="run")
+@click.argument("plugin", type=click.Path(exists=True))
+@click.option("--manifest", "manifest", required=True, type=click.Path(dir_okay=False))
+@click.option("--root", default=None, help="Root for fs rules (default: the manifest's folder).")
+@click.option("--call", "call", default=None, help="Function (Python) or export (WASM) to call.")
+@click.option("--args", "args_json", default="[]", help="JSON list of arguments.")
+@click.option("--argv", "argv", multiple=True, help="argv for a WASM command module (repeat).")
+@click.option("--trace", is_flag=True, help="Print every capability decision as it happens.")
+@click.option("--json", "as_json", is_flag=True)
+def run_command(  # noqa: PLR0917 — click passes options positionally
+    plugin: str,
+    manifest: str,
+    root: str | None,
+    call: str | None,
+    args_json: str,
+    argv: tuple[str, ...],
+    trace: bool,
+    as_json: bool,
+) -> None:
+    """Run PLUGIN (a .py file, package folder or .wasm module) under --manifest.
+
+    Prints the result as JSON. A WASM module without --call runs as a command (_start).
+    """
+    import asyncio
+
+    from suaveplan_sandbox.cli._run import run_plugin
+
+    try:
+        args = json.loads(args_json)
+    except ValueError as exc:
+        raise click.UsageError(f"--args is not JSON: {exc}") from None
+    if not isinstance(args, list):
+        raise click.UsageError("--args is a JSON list")
+    try:
+        result = asyncio.run(
+            run_plugin(
+                Path(plugin),
+                Path(manifest),
+                root=Path(root) if root else None,
+                call=call,
+                args=args,
+                argv=list(argv),
+                trace=trace,
+                as_json=as_json,
+            )
+        )
+    except SuaveplanError as exc:
+        if as_json:
+            click.echo(json.dumps({"error": exc.to_wire()}, sort_keys=True))
+        else:
+            click.echo(f"error {exc.code}: {exc.message} {json.dumps(exc.details)}", err=True)
+        sys.exit(EXIT_DENY if exc.code in _REFUSALS else EXIT_INVALID)
+    click.echo(json.dumps({"result": _plain_result(result)} if as_json else _plain_result(result)))
+    sys.exit(EXIT_ALLOW)
+
+
+_REFUSALS: Final = frozenset(
+    {"SAND_PERM_DENIED", "BUDGET_EXCEEDED", "SAND_WASM_OUTBOUND_DENIED", "SAND_WASM_PREOPEN_DENIED"}
+)
 
 
 @cli.command()
