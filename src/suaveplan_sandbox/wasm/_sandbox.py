@@ -34,9 +34,16 @@ from suaveplan_sandbox.adapters._protocols import Adapters, AuditSink
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import BUDGET_EXCEEDED, InMemoryMetrics, MetricsSink
-from suaveplan_sandbox.permissions import Deny, DenyReason, PermissionChecker, PermissionPolicy
+from suaveplan_sandbox.permissions import (
+    BudgetTracker,
+    Deny,
+    DenyReason,
+    PermissionChecker,
+    PermissionPolicy,
+)
 from suaveplan_sandbox.permissions._clock import Clock
 from suaveplan_sandbox.wasm import _engine
+from suaveplan_sandbox.wasm._cpu import CallWatch, CpuWatcher
 
 _NO_DEADLINE: Final = 1 << 62
 _PAGE: Final = 65536
@@ -168,6 +175,8 @@ class WasmSandbox:
         self._disposed = False
         self._store: wasmtime.Store | None = None
         self._instance: wasmtime.Instance | None = None
+        # cpuPercent: thread CPU time sampled by an epoch callback on the guest thread.
+        self._cpu = CpuWatcher() if policy.budgets.cpu_percent is not None else None
         self._store, self._instance = self._instantiate(argv=(), stdin=None, out=None, err=None)
 
     # -- public ----------------------------------------------------------------------------
@@ -264,6 +273,8 @@ class WasmSandbox:
         if limit is not None:
             store.set_limits(memory_size=limit * 1024 * 1024)
         store.set_epoch_deadline(_NO_DEADLINE)
+        if self._cpu is not None:
+            self._cpu.install(store)
         previous = getattr(_current, "sb", None)
         _current.sb = self
         try:
@@ -274,12 +285,26 @@ class WasmSandbox:
             _current.sb = previous
         return store, instance
 
-    def _arm_deadline(self, store: wasmtime.Store) -> None:
+    def _arm_deadline(self, store: wasmtime.Store) -> CallWatch | None:
         wall = self._policy.budgets.wall_clock_ms
+        if self._cpu is not None:
+            # The callback judges CPU and wall clock on every tick; see `_cpu`.
+            tracker = BudgetTracker(
+                self._policy.budgets, plugin=self._gateway.plugin, metrics=self._metrics
+            )
+            watch = CallWatch(tracker, wall)
+            self._cpu.watch = watch
+            store.set_epoch_deadline(1)
+            return watch
         if wall is None:
             store.set_epoch_deadline(_NO_DEADLINE)
         else:
             store.set_epoch_deadline(max(1, math.ceil(wall / 1000.0 / _engine.TICK_S)))
+        return None
+
+    def _disarm(self) -> None:
+        if self._cpu is not None:
+            self._cpu.watch = None
 
     def _call_sync(self, export: str, args: tuple[int | float, ...]) -> Any:
         with self._lock:
@@ -291,14 +316,15 @@ class WasmSandbox:
                 raise SuaveplanError(
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": export}
                 )
-            self._arm_deadline(store)
+            watch = self._arm_deadline(store)
             _current.sb = self
             try:
                 return func(store, *args)
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-                raise self._guest_failure(exc, store, instance) from exc
+                raise self._guest_failure(exc, store, instance, watch) from exc
             finally:
                 _current.sb = None
+                self._disarm()
 
     def _run_sync(self, argv: tuple[str, ...], stdin: bytes) -> RunResult:
         out, err = bytearray(), bytearray()
@@ -314,7 +340,7 @@ class WasmSandbox:
                 raise SuaveplanError(
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": "_start"}
                 )
-            self._arm_deadline(store)
+            watch = self._arm_deadline(store)
             code = 0
             _current.sb = self
             try:
@@ -324,15 +350,25 @@ class WasmSandbox:
                 if code != 0 and self._at_memory_limit(store, instance):
                     raise self._budget("memoryMb", self._policy.budgets.memory_mb) from exc
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-                raise self._guest_failure(exc, store, instance) from exc
+                raise self._guest_failure(exc, store, instance, watch) from exc
             finally:
                 _current.sb = None
+                self._disarm()
                 del store, instance
             return RunResult(exit_code=code, stdout=bytes(out), stderr=bytes(err))
 
     def _guest_failure(
-        self, exc: BaseException, store: wasmtime.Store, instance: wasmtime.Instance
+        self,
+        exc: BaseException,
+        store: wasmtime.Store,
+        instance: wasmtime.Instance,
+        watch: CallWatch | None = None,
     ) -> SuaveplanError:
+        if watch is not None:
+            if watch.error is not None:
+                return watch.error  # BudgetTracker already counted it
+            if watch.wall_exceeded:
+                return self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
         code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
         if code == wasmtime.TrapCode.INTERRUPT:
             return self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
