@@ -301,12 +301,15 @@ async def test_wat_memory_bomb_trap_is_memory_budget(
       (func (export "bomb")
         (block (loop (br_if 1 (i32.eq (memory.grow (i32.const 1)) (i32.const -1))) (br 0)))
         unreachable))"""
+    metrics = InMemoryMetrics()
     async with await create_wasm_sandbox(
-        wasm_module_path=wat(text), policy=policy(root, budgets={"memoryMb": 2})
+        wasm_module_path=wat(text), policy=policy(root, budgets={"memoryMb": 2}), metrics=metrics
     ) as sb:
         with pytest.raises(SuaveplanError) as info:
             await sb.call("bomb")
     assert info.value.code == "BUDGET_EXCEEDED"
+    assert info.value.details["budget"] == "memoryMb"
+    assert metrics.value("plugin.budget_exceeded_total", plugin="guest", budget="memoryMb") == 1
 
 
 # -- dispose -------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any, Final, final
 
 import wasmtime
 
-from suaveplan_sandbox.adapters._protocols import Adapters, AuditSink
+from suaveplan_sandbox.adapters._protocols import Adapters, AuditRecord, AuditSink
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import BUDGET_EXCEEDED, InMemoryMetrics, MetricsSink
@@ -443,6 +443,21 @@ async def create_wasm_sandbox(
                     {"capability": "fetch", "reason": deny.reason.value},
                 )
             )
+            if audit is not None:
+                # The gateway's own record says `deny:SAND_PERM_DENIED`; this one names the
+                # host-level outcome the guest's connect surfaced as.
+                audit.record(
+                    AuditRecord(
+                        plugin=checker.plugin,
+                        capability="fetch",
+                        operation="connect",
+                        allowed=False,
+                        reason=deny.reason.value,
+                        rule=None,
+                        duration_ms=0.0,
+                        outcome="deny:SAND_WASM_OUTBOUND_DENIED",
+                    )
+                )
         else:
             denials.append(deny.to_error())
 

@@ -1,0 +1,111 @@
+"""`suaveplan.sock_*` through the gateway: an allowed round trip, a denied connect audited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from suaveplan_sandbox.adapters import Adapters, AuditRecord
+from suaveplan_sandbox.metrics import InMemoryMetrics
+from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.testing import FakeFetch
+from suaveplan_sandbox.wasm import Errno, create_wasm_sandbox
+
+# Memory map: 0 host "api.stripe.com", 32 host "evil.example.com", 64 "ping", 512 fd out,
+# 516 sent out, 520 received length out, 1024 receive buffer (64 bytes).
+SOCKET_WAT = """
+(module
+  (import "suaveplan" "sock_connect" (func $connect (param i32 i32 i32 i32) (result i32)))
+  (import "suaveplan" "sock_send" (func $send (param i32 i32 i32 i32) (result i32)))
+  (import "suaveplan" "sock_recv" (func $recv (param i32 i32 i32 i32) (result i32)))
+  (import "suaveplan" "sock_close" (func $close (param i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "api.stripe.com")
+  (data (i32.const 32) "evil.example.com")
+  (data (i32.const 64) "ping")
+  (func (export "connect") (param $host i32) (param $len i32) (result i32)
+    (call $connect (local.get $host) (local.get $len) (i32.const 443) (i32.const 512)))
+  (func (export "send") (result i32)
+    (call $send (i32.load (i32.const 512)) (i32.const 64) (i32.const 4) (i32.const 516)))
+  (func (export "recv") (result i32)
+    (call $recv (i32.load (i32.const 512)) (i32.const 1024) (i32.const 64) (i32.const 520)))
+  (func (export "close") (result i32) (call $close (i32.load (i32.const 512))))
+  (func (export "load") (param i32) (result i32) (i32.load (local.get 0)))
+  (func (export "load8") (param i32) (result i32) (i32.load8_u (local.get 0))))
+"""
+
+
+class ListAudit:
+    def __init__(self) -> None:
+        self.records: list[AuditRecord] = []
+
+    def record(self, entry: AuditRecord) -> None:
+        self.records.append(entry)
+
+
+def policy(root: Path) -> PermissionPolicy:
+    return PermissionPolicy.from_manifest(
+        {"name": "guest", "permissions": {"fetch": ["api.stripe.com"]}}, root=root
+    )
+
+
+async def test_allowed_connect_send_recv_round_trip_goes_through_the_gateway(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    fetch = FakeFetch()
+    metrics = InMemoryMetrics()
+    try:
+        async with await create_wasm_sandbox(
+            wasm_module_path=wat(SOCKET_WAT),
+            policy=policy(root),
+            proxies=Adapters(fetch=fetch),
+            metrics=metrics,
+        ) as sb:
+            assert await sb.call("connect", 0, 14) == Errno.SUCCESS
+            assert fetch.connects == [("api.stripe.com", 443)]
+            [peer] = fetch.peers
+            assert await sb.call("send") == Errno.SUCCESS
+            assert await sb.call("load", 516) == 4
+            assert await asyncio.to_thread(peer.recv, 64) == b"ping"
+            await asyncio.to_thread(peer.sendall, b"pong!")
+            assert await sb.call("recv") == Errno.SUCCESS
+            assert await sb.call("load", 520) == 5
+            got = bytes([await sb.call("load8", 1024 + i) for i in range(5)])
+            assert got == b"pong!"
+            assert await sb.call("close") == Errno.SUCCESS
+            assert await sb.call("send") == Errno.BADF  # closed descriptors are gone
+            assert sb.denials == ()
+            assert (
+                metrics.value(
+                    "plugin.capability_calls_total",
+                    plugin="guest",
+                    capability="fetch",
+                    outcome="ok",
+                )
+                == 1
+            )
+    finally:
+        fetch.close()
+
+
+async def test_denied_connect_is_recorded_on_denials_and_in_the_audit_sink(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    fetch = FakeFetch()
+    audit = ListAudit()
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(SOCKET_WAT),
+        policy=policy(root),
+        proxies=Adapters(fetch=fetch),
+        audit=audit,
+    ) as sb:
+        assert await sb.call("connect", 32, 16) == Errno.ACCES
+        assert fetch.connects == []
+        assert [d.code for d in sb.denials] == ["SAND_WASM_OUTBOUND_DENIED"]
+    outbound = [r for r in audit.records if "SAND_WASM_OUTBOUND_DENIED" in r.outcome]
+    assert len(outbound) == 1
+    entry = outbound[0]
+    assert (entry.plugin, entry.capability, entry.operation) == ("guest", "fetch", "connect")
+    assert entry.allowed is False
+    assert entry.reason == "host-not-in-allowlist"
