@@ -1,0 +1,6 @@
+# mypy: ignore-errors
+# Technique: unbound `str.format_map` / `str.format` via map() with a runtime template.
+def attack(secret_path, canary_path):
+    u = "_" * 2
+    tpl = "{x." + u + "class" + u + "}"
+    return list(map(str.format_map, [tpl], [{"x": 1}]))

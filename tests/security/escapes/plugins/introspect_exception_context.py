@@ -1,0 +1,7 @@
+# mypy: ignore-errors
+# Technique: walk `__context__`/`__cause__` of a caught host-raised error to reach host objects.
+def attack(secret_path, canary_path):
+    try:
+        eval("1")
+    except Exception as e:
+        return repr(e.__context__)

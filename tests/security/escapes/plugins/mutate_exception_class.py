@@ -1,0 +1,10 @@
+# mypy: ignore-errors
+# ruff: noqa: PLR1711
+# Technique: mutate a shared builtin exception class (`ValueError.x = ...`) or SuaveplanError.
+from suaveplan import SuaveplanError
+
+
+def attack(secret_path, canary_path):
+    SuaveplanError.code = "OK"
+    ValueError.args = property(lambda self: 1)
+    return None
