@@ -3,7 +3,8 @@
 Every case must end contained: a `SuaveplanError` coded `SAND_*` or `BUDGET_EXCEEDED`
 (at create or at call), or a harmless return value; and the canaries must hold: a secret
 file outside the policy root, a secret host environment variable, and a path the plugin
-must not create.
+must not create; and no plugin may print the escape marker, which the ones that reach
+forbidden objects print before touching the OS.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from suaveplan_sandbox.vm import create_vm_sandbox
 PLUGINS = Path(__file__).parent / "plugins"
 CASES = sorted(p for p in PLUGINS.glob("*.py") if not p.name.startswith("_"))
 ENV_NAME = "SUAVEPLAN_ESCAPE_CANARY"
+# A plugin that reaches something it must not (e.g. the real builtins) prints this marker.
+ESCAPE_MARKER = "SANDBOX-" + "ESCAPED"
 
 
 def test_corpus_is_not_empty() -> None:
@@ -80,4 +83,5 @@ async def test_escape_is_contained(
     text = "\n".join(outcome)
     assert file_secret not in text
     assert env_secret not in text
+    assert ESCAPE_MARKER not in text
     assert not forbidden.exists()

@@ -8,6 +8,7 @@ plain attribute access (`__getattribute__` serves only the curated mapping).
 from __future__ import annotations
 
 import builtins as _b
+import functools
 import importlib
 import json as _json
 import types
@@ -147,6 +148,48 @@ class Facade:
 _MODULE_FACADES: dict[str, Facade] = {}
 
 
+def _check_wrapper_args(wrapper: object, assigned: Any, updated: Any) -> None:
+    # update_wrapper is a generic getattr/setattr: custom `assigned` names (or a wrapper with
+    # its own __setattr__) would read any dunder, e.g. a host function's __globals__.
+    if (
+        tuple(assigned) != functools.WRAPPER_ASSIGNMENTS
+        or tuple(updated) != functools.WRAPPER_UPDATES
+        or not isinstance(wrapper, types.FunctionType)
+    ):
+        raise SuaveplanError(
+            "SAND_VM_ATTRIBUTE_FORBIDDEN",
+            "functools.update_wrapper/wraps only with the default names, on a function",
+        )
+
+
+def _g_update_wrapper(
+    wrapper: object,
+    wrapped: object,
+    assigned: Any = functools.WRAPPER_ASSIGNMENTS,
+    updated: Any = functools.WRAPPER_UPDATES,
+) -> object:
+    _check_wrapper_args(wrapper, assigned, updated)
+    return functools.update_wrapper(wrapper, wrapped)  # type: ignore[arg-type]
+
+
+def _g_wraps(
+    wrapped: object,
+    assigned: Any = functools.WRAPPER_ASSIGNMENTS,
+    updated: Any = functools.WRAPPER_UPDATES,
+) -> Callable[[object], object]:
+    _check_wrapper_args(_g_wraps, assigned, updated)
+
+    def decorate(wrapper: object) -> object:
+        return _g_update_wrapper(wrapper, wrapped)
+
+    return decorate
+
+
+_GUARDED_MEMBERS: Final[dict[str, dict[str, object]]] = {
+    "functools": {"update_wrapper": _g_update_wrapper, "wraps": _g_wraps},
+}
+
+
 def module_facade(name: str) -> Facade:
     cached = _MODULE_FACADES.get(name)
     if cached is not None:
@@ -164,6 +207,7 @@ def module_facade(name: str) -> Facade:
         }
         if name == "io":
             content = {k: content[k] for k in ("StringIO", "BytesIO")}
+        content.update(_GUARDED_MEMBERS.get(name, {}))
         facade = Facade(name, content)
     _MODULE_FACADES[name] = facade
     return facade

@@ -1,0 +1,66 @@
+"""functools.update_wrapper/wraps must not act as a generic getattr for guest code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.vm._guest import GuestRuntime, compile_bundle, load_plugin
+
+SINK = (
+    "import functools\n"
+    "from suaveplan import fs\n"
+    "store = {}\n"
+    "class Sink:\n"
+    "    def __setattr__(self, name, value):\n"
+    "        store[name] = value\n"
+)
+
+
+def _runtime(tmp_path: Path, source: str) -> GuestRuntime:
+    file = tmp_path / "plugin.py"
+    file.write_text(source)
+    rt = GuestRuntime(
+        compile_bundle(load_plugin(file)),
+        host_call=lambda cap, op, args: None,
+        log=lambda lv, t: None,
+    )
+    rt.start()
+    return rt
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "functools.update_wrapper(Sink(), fs.read_text, assigned=('_' + '_globals__',), updated=())",
+        "functools.update_wrapper(Sink(), fs.read_text)",
+        "functools.wraps(fs.read_text, assigned=('_' + '_globals__',), updated=())(Sink())",
+        "functools.wraps(fs.read_text)(Sink())",
+        "functools.update_wrapper(lambda: 0, fs.read_text, ('_' + '_globals__',))",
+    ],
+)
+def test_update_wrapper_with_custom_names_or_sink_is_rejected(tmp_path: Path, call: str) -> None:
+    rt = _runtime(tmp_path, SINK + f"def f():\n    {call}\n    return sorted(store)\n")
+    with pytest.raises(SuaveplanError) as info:
+        rt.call("f", [], {})
+    assert info.value.code == "SAND_VM_ATTRIBUTE_FORBIDDEN"
+
+
+def test_plain_wraps_decorator_still_works(tmp_path: Path) -> None:
+    rt = _runtime(
+        tmp_path,
+        "import functools\n"
+        "def deco(g):\n"
+        "    @functools.wraps(g)\n"
+        "    def inner(*a):\n"
+        "        return g(*a)\n"
+        "    return inner\n"
+        "@deco\n"
+        "def double(x):\n"
+        "    return 2 * x\n"
+        "def f():\n"
+        "    return [double(21), functools.update_wrapper(lambda: 1, double)()]\n",
+    )
+    assert rt.call("f", [], {}) == [42, 1]
