@@ -8,6 +8,9 @@ import pytest
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest import GuestRuntime, compile_bundle, load_plugin
+from suaveplan_sandbox.vm._guest import _runtime as _rt_module
+
+_ORIGINAL_CHECK = _rt_module._check_name
 
 SINK = (
     "import functools\n"
@@ -64,3 +67,22 @@ def test_plain_wraps_decorator_still_works(tmp_path: Path) -> None:
         "    return [double(21), functools.update_wrapper(lambda: 1, double)()]\n",
     )
     assert rt.call("f", [], {}) == [42, 1]
+
+
+def test_enum_global_enum_cannot_overwrite_a_host_module(tmp_path: Path) -> None:
+    rt = _runtime(
+        tmp_path,
+        "import enum\n"
+        "class P(str):\n"
+        "    def __call__(self, name):\n"
+        "        return name\n"
+        "def f():\n"
+        "    x = enum.Enum('X', {'_check_name': 'a'},"
+        " module='suaveplan_sandbox.vm._guest._runtime', type=P)\n"
+        "    enum.global_enum(x)\n"
+        "    return repr(getattr((), '_' + '_class__'))\n",
+    )
+    with pytest.raises(SuaveplanError) as info:
+        rt.call("f", [], {})
+    assert info.value.code in {"SAND_VM_PLUGIN_ERROR", "SAND_VM_ATTRIBUTE_FORBIDDEN"}
+    assert _rt_module._check_name is _ORIGINAL_CHECK

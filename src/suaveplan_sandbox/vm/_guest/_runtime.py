@@ -33,6 +33,7 @@ _MAX_DEPTH: Final = 64
 _FACADE_EXCLUDED: Final = frozenset(
     {
         "get_type_hints",
+        "global_enum",  # writes members into sys.modules[cls.__module__] (module= is guest-chosen)
         "ForwardRef",
         "evaluate_forward_ref",
         "get_annotations",
