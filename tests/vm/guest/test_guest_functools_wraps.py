@@ -86,3 +86,21 @@ def test_enum_global_enum_cannot_overwrite_a_host_module(tmp_path: Path) -> None
         rt.call("f", [], {})
     assert info.value.code in {"SAND_VM_PLUGIN_ERROR", "SAND_VM_ATTRIBUTE_FORBIDDEN"}
     assert _rt_module._check_name is _ORIGINAL_CHECK
+
+
+def test_malformed_runtime_template_is_not_resolved_past_the_guard(tmp_path: Path) -> None:
+    rt = _runtime(
+        tmp_path,
+        "class P:\n"
+        "    pass\n"
+        "def f():\n"
+        "    u = '_' * 2\n"
+        "    tpl = '{0.' + u + 'init' + u + '.' + u + 'globals' + u + '[nokey]}{'\n"
+        "    try:\n"
+        "        tpl.format(P())\n"
+        "    except KeyError:\n"
+        "        return 'resolved'\n"
+        "    except ValueError:\n"
+        "        return 'rejected'\n",
+    )
+    assert rt.call("f", [], {}) == "rejected"

@@ -341,6 +341,10 @@ def check_format_string(
     try:
         fields = [f for _, f, _, _ in string.Formatter().parse(text) if f]
     except ValueError:
+        # str.format resolves the fields before the malformed tail, so at runtime a template
+        # that does not parse must not pass unchecked; a constant may be a non-template.
+        if node is None:
+            raise
         return
     for field in fields:
         rest = field
