@@ -1,0 +1,6 @@
+# mypy: ignore-errors
+# Technique: ExceptionGroup split/derive and `except*` to obtain host-side exception objects.
+def attack(secret_path, canary_path):
+    eg = ExceptionGroup("g", [ValueError(1), KeyError(2)])
+    match, rest = eg.split(ValueError)
+    return [repr(match), repr(rest), repr(eg.derive([TypeError()]))]
