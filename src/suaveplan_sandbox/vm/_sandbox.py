@@ -76,6 +76,29 @@ SAMPLE_INTERVAL_S: Final = 0.02
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 
 
+# Codes only the host may produce: a worker claiming one is lying (a plugin can construct any
+# SuaveplanError), so its failure is re-coded as the plugin's own error.
+HOST_ONLY_CODES: Final = frozenset(
+    {
+        "BUDGET_EXCEEDED",
+        "SAND_VM_WORKER_CRASHED",
+        "SAND_VM_FORK_SERVER_FAILED",
+        "SAND_VM_DISPOSED",
+        "SAND_VM_HARDENING_UNAVAILABLE",
+    }
+)
+
+
+def _recode_guest_error(err: SuaveplanError) -> SuaveplanError:
+    if err.code not in HOST_ONLY_CODES:
+        return err
+    return SuaveplanError(
+        "SAND_VM_PLUGIN_ERROR",
+        "the plugin raised an error with a host-reserved code",
+        {"type": "SuaveplanError", "claimed_code": err.code},
+    )
+
+
 class _State(enum.Enum):
     STARTING = "starting"
     IDLE = "idle"
@@ -264,7 +287,7 @@ class VmSandbox:
             if isinstance(msg, Result):
                 fut.set_result(msg.value)
             else:
-                fut.set_exception(SuaveplanError.from_wire(msg.error))
+                fut.set_exception(_recode_guest_error(SuaveplanError.from_wire(msg.error)))
         elif isinstance(msg, HostCall):
             if self._state is not _S.CALLING:
                 raise _crashed("hostcall-outside-call")

@@ -1,8 +1,8 @@
 # mypy: ignore-errors
 # Technique: raise a SuaveplanError (or subclass) with a host-reserved code and crafted
 # details, hoping the host reports it as a host-side decision (e.g. a forged budget/denial).
-# Today this passes through by design (docs: an uncaught SuaveplanError keeps its code and
-# details), so the host sees BUDGET_EXCEEDED without a breach; contained, but spoofable.
+# The host re-codes host-only codes (BUDGET_EXCEEDED, SAND_VM_WORKER_CRASHED, ...) coming
+# from a worker as SAND_VM_PLUGIN_ERROR with details.claimed_code, so the forgery is inert.
 from suaveplan import SuaveplanError
 
 
