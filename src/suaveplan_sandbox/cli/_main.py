@@ -266,6 +266,37 @@ _REFUSALS: Final = frozenset(
 
 
 @cli.command()
+@click.option("--host", "host", default=None, help="MODULE:OBJECT with your factories.")
+@click.option("--json", "as_json", is_flag=True)
+def conformance(host: str | None, as_json: bool) -> None:
+    """Run the permissions, VM and WASM conformance harnesses (exit 1 if any scenario fails)."""
+    from rich.console import Console
+
+    from suaveplan_sandbox.cli._conformance import run_conformance
+
+    console = Console(stderr=as_json)
+    try:
+        results = run_conformance(host, console)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise click.UsageError(f"--host: {exc}") from None
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    name: {
+                        "provided": r.provided,
+                        "passed": r.passed,
+                        "failed": [{"scenario": n, "why": w} for n, w in r.failed],
+                    }
+                    for name, r in results.items()
+                },
+                sort_keys=True,
+            )
+        )
+    sys.exit(EXIT_DENY if any(r.failed for r in results.values()) else EXIT_ALLOW)
+
+
+@cli.command()
 @click.argument("docs", type=click.Path(file_okay=False), default="docs")
 def reference(docs: str) -> None:
     """Regenerate the error-code and metrics reference pages under DOCS."""
