@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 from dataclasses import dataclass
@@ -178,22 +179,31 @@ def load_plugin(plugin_module_path: str | os.PathLike[str]) -> PluginBundle:
         )
     known = {m.name for m in modules}
     for m in modules:
-        _, imports = check_module(m.source, m.filename)
-        for module, level, names, node in imports:
-            try:
-                resolve_import(module, level, names, m.name, m.is_package, known, top)
-            except LookupError as exc:
-                raise SuaveplanError(
-                    "SAND_VM_MODULE_IMPORT_FORBIDDEN",
-                    "import is not allowed",
-                    {
-                        "module": str(exc.args[0]),
-                        "file": m.filename,
-                        "line": getattr(node, "lineno", 0),
-                    },
-                ) from None
+        check_plugin_module(m, known, top)
     mods = tuple(modules)
     return PluginBundle(name=top, digest=_digest(mods), entry=entry, modules=mods)
+
+
+def check_plugin_module(m: PluginModule, known: set[str], top: str) -> ast.Module:
+    """AST-check one plugin module and every import it makes; returns the checked tree.
+
+    Used at load (host) and again before compiling (worker): never trust the wire.
+    """
+    tree, imports = check_module(m.source, m.filename)
+    for module, level, names, node in imports:
+        try:
+            resolve_import(module, level, names, m.name, m.is_package, known, top)
+        except LookupError as exc:
+            raise SuaveplanError(
+                "SAND_VM_MODULE_IMPORT_FORBIDDEN",
+                "import is not allowed",
+                {
+                    "module": str(exc.args[0]),
+                    "file": m.filename,
+                    "line": getattr(node, "lineno", 0),
+                },
+            ) from None
+    return tree
 
 
 def _read(file: Path) -> str:

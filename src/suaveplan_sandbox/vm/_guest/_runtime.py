@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.vm._guest._loader import PluginBundle, resolve_import
+from suaveplan_sandbox.vm._guest._loader import PluginBundle, check_plugin_module
 from suaveplan_sandbox.vm._guest._policy import (
     ALLOWED_MODULES,
     DIRECT_EVAL,
     GUARD_FORMAT,
     check_format_string,
-    check_module,
     is_forbidden_attr,
     norm,
 )
@@ -319,20 +318,7 @@ def compile_bundle(bundle: PluginBundle) -> CompiledBundle:
     top = bundle.entry.split(".")[0]
     out: dict[str, CompiledModule] = {}
     for m in bundle.modules:
-        tree, imports = check_module(m.source, m.filename)
-        for module, level, names, node in imports:
-            try:
-                resolve_import(module, level, names, m.name, m.is_package, known, top)
-            except LookupError as exc:
-                raise SuaveplanError(
-                    "SAND_VM_MODULE_IMPORT_FORBIDDEN",
-                    "import is not allowed",
-                    {
-                        "module": str(exc.args[0]),
-                        "file": m.filename,
-                        "line": getattr(node, "lineno", 0),
-                    },
-                ) from None
+        tree = check_plugin_module(m, known, top)
         code = compile(tree, m.filename, "exec", dont_inherit=True)
         out[m.name] = CompiledModule(m.name, m.filename, m.is_package, code)
     return CompiledBundle(bundle.name, bundle.digest, bundle.entry, types.MappingProxyType(out))
