@@ -55,9 +55,7 @@ async def run_python_example(folder: Path, console: Console) -> int:
                 except SuaveplanError as exc:
                     console.print(f"  try_to_escape() refused: {exc.code} {exc.details}")
         finally:
-            close = getattr(fs, "close", None)
-            if callable(close):
-                close()
+            fs.close()
         denied = metrics.value(PERMISSION_DENIED.name)
         console.print(f"  plugin.permission_denied_total = {denied:g}\n")
     return 0

@@ -42,6 +42,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def _relative_path(value: str | None, what: str) -> str | None:
+    """`value` unchanged if it is a relative path without `..` or NUL; else a ValueError."""
+    if value is None:
+        return None
+    path = Path(value)
+    if not value or path.is_absolute() or ".." in path.parts or "\x00" in value:
+        raise ValueError(f"{what}, without '..'")
+    return value
+
+
 class _RuleError(ValueError):
     """A rule list entry is bad; carries the index so the error path can name it."""
 
@@ -101,12 +111,7 @@ class DatabaseBlock(_Strict):
     @field_validator("migrations")
     @classmethod
     def _migrations_relative(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = Path(value).parts
-        if not value or Path(value).is_absolute() or ".." in parts or "\x00" in value:
-            raise ValueError("migrations is a folder relative to the plugin, without '..'")
-        return value
+        return _relative_path(value, "migrations is a folder relative to the plugin")
 
 
 @final
@@ -156,11 +161,7 @@ class Manifest(_Strict):
     @field_validator("entry")
     @classmethod
     def _entry_relative(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not value or Path(value).is_absolute() or ".." in Path(value).parts or "\x00" in value:
-            raise ValueError("entry is a path relative to the manifest, without '..'")
-        return value
+        return _relative_path(value, "entry is a path relative to the manifest")
 
     @property
     def table_prefix(self) -> str | None:

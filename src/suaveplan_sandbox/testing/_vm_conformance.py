@@ -84,31 +84,26 @@ async def builtins_are_frozen(make: VmSandboxFactory) -> None:
         await sb.dispose()
 
 
-async def direct_eval_is_rejected(make: VmSandboxFactory) -> None:
-    code: str | None
+async def _code_of_create_or_call(make: VmSandboxFactory, source: str) -> str | None:
+    """The error code of creating a sandbox for `source`, or else of calling its `f()`."""
     try:
-        sb = await _with(make, "def f():\n    return eval('1 + 1')\n")
+        sb = await _with(make, source)
     except SuaveplanError as exc:
-        code = exc.code
-    else:
-        try:
-            code = await _code_of(sb.call("f"))
-        finally:
-            await sb.dispose()
+        return exc.code
+    try:
+        return await _code_of(sb.call("f"))
+    finally:
+        await sb.dispose()
+
+
+async def direct_eval_is_rejected(make: VmSandboxFactory) -> None:
+    code = await _code_of_create_or_call(make, "def f():\n    return eval('1 + 1')\n")
     assert code == "SAND_VM_EVAL_REJECTED", code
 
 
 async def indirect_eval_is_rejected(make: VmSandboxFactory) -> None:
-    code: str | None
-    try:
-        sb = await _with(make, "def f():\n    e = (0, eval)[1]\n    return e('1 + 1')\n")
-    except SuaveplanError as exc:
-        code = exc.code
-    else:
-        try:
-            code = await _code_of(sb.call("f"))
-        finally:
-            await sb.dispose()
+    source = "def f():\n    e = (0, eval)[1]\n    return e('1 + 1')\n"
+    code = await _code_of_create_or_call(make, source)
     assert code == "SAND_VM_INDIRECT_EVAL_REJECTED", code
 
 
