@@ -58,6 +58,8 @@ _OPERATIONS: Final = frozenset(
     }
 )
 
+_CAPABILITIES: Final = frozenset(c for c, _ in _OPERATIONS)
+
 DenialListener = Callable[[Deny, str, str], None]
 
 
@@ -128,7 +130,7 @@ class Gateway:
         if (cap, op) not in _OPERATIONS or not isinstance(args, Mapping):
             reason = (
                 DenyReason.UNKNOWN_CAPABILITY
-                if cap not in {c for c, _ in _OPERATIONS}
+                if cap not in _CAPABILITIES
                 else DenyReason.MALFORMED_PAYLOAD
             )
             self._denied(self._checker.deny(cap, reason), cap, op, started)
