@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck pytest bench wasm-fixtures fuzz soak security-report clean
+.PHONY: run test lint typecheck pytest bench wasm-fixtures fuzz soak security-report docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,14 +21,14 @@ run: $(DEVSTAMP)
 	$(PY) -m suaveplan_sandbox.cli demo examples
 
 test: $(DEVSTAMP)
-	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples fuzz scripts
 	$(PY) -m mypy
 	# pytest exits 5 when it collects nothing: that is a failure here, never a pass.
 	$(PY) -m pytest; status=$$?; if [ $$status -eq 5 ]; then echo "no tests collected" >&2; exit 1; fi; exit $$status
 
 lint: $(DEVSTAMP)
-	$(PY) -m ruff check src tests benchmarks examples
-	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples fuzz scripts
+	$(PY) -m ruff format --check src tests benchmarks examples fuzz scripts
 
 typecheck: $(DEVSTAMP)
 	$(PY) -m mypy
@@ -36,8 +36,25 @@ typecheck: $(DEVSTAMP)
 bench: $(DEVSTAMP)
 	$(PY) -m benchmarks
 
+# Longer fuzzing than the bounded run inside `make test`: FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 300
+fuzz: $(DEVSTAMP)
+	$(PY) -m fuzz --seconds $(FUZZ_SECONDS)
+
+# At least 60 s of mixed calls over 16 VM and WASM sandboxes; resource growth must stay flat.
+SOAK_SECONDS ?= 60
+soak: $(DEVSTAMP)
+	$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS) --sandboxes 16
+
+# One table: escape techniques, fuzz executions, faults, soak figures.
+security-report: $(DEVSTAMP)
+	$(PY) scripts/security_report.py
+
+docs: $(DEVSTAMP)
+	$(PY) -m mkdocs build --strict --site-dir build/site
+
 wasm-fixtures: $(DEVSTAMP)
 	$(PY) tests/wasm/fixtures/build.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build
