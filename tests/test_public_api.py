@@ -107,6 +107,7 @@ PINNED: dict[str, list[str]] = {
         "Subscription",
         "address_refused",
         "apply_migrations",
+        "apply_postgres_migrations",
         "iter_audit",
         "provision_postgres_plugin",
     ],

@@ -4,7 +4,11 @@ from suaveplan_sandbox.adapters._audit import JsonLinesAudit, iter_audit
 from suaveplan_sandbox.adapters._events import InProcessEventBus
 from suaveplan_sandbox.adapters._fetch import HttpxFetch, address_refused
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
-from suaveplan_sandbox.adapters._postgres import PostgresDb, provision_postgres_plugin
+from suaveplan_sandbox.adapters._postgres import (
+    PostgresDb,
+    apply_postgres_migrations,
+    provision_postgres_plugin,
+)
 from suaveplan_sandbox.adapters._protocols import (
     Adapters,
     AuditRecord,
@@ -50,6 +54,7 @@ __all__ = [
     "Subscription",
     "address_refused",
     "apply_migrations",
+    "apply_postgres_migrations",
     "iter_audit",
     "provision_postgres_plugin",
 ]

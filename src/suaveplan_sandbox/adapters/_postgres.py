@@ -1,63 +1,262 @@
 """`PostgresDb`: the production `DbAdapter` on psycopg 3, enforced by the database itself.
 
-`provision_postgres_plugin` gives each plugin a login role and a schema it owns; no other
-role has USAGE on that schema and `public` is closed to PUBLIC, so a plugin's credentials
-cannot read another plugin's tables even on a raw connection. The SQL gate still runs first.
+Theory of operation. `provision_postgres_plugin` gives each plugin three things and touches
+nothing else in the database (no change to `public`, to PUBLIC's privileges, or to any other
+role):
+
+- a schema `suaveplan_<plugin>` owned by a NOLOGIN role `suaveplan_<plugin>_owner`, which
+  has no privilege anywhere else;
+- a LOGIN role `suaveplan_<plugin>` (the runtime role) with USAGE on that schema only (no
+  CREATE) and, once migrations ran, SELECT/INSERT/UPDATE/DELETE on the schema's *prefixed*
+  tables and USAGE on their sequences — nothing else is granted to it;
+- a host schema `suaveplan_host` (no privileges for anyone but the admin) holding the
+  migrations table.
+
+`apply_postgres_migrations` runs the plugin's SQL files with the admin connection but as the
+owner role (`SET LOCAL ROLE`), with `search_path` set to the plugin schema, one transaction per
+file. Every statement of every pending file passes the SQL gate's migration check *before*
+anything runs; the statements executed are the gate's own rendering (what was checked is what
+runs). Inside the transaction the owner role cannot touch another plugin's schema (no USAGE) or
+create outside its own; before commit, any relation in the schema without the prefix rolls the
+migration back. A plugin's runtime credentials therefore cannot read another plugin's table even
+on a raw connection, and cannot run DDL at all.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import secrets
 from collections.abc import Sequence
-from typing import Any, final
+from pathlib import Path
+from typing import Any, Final, final
 
 from suaveplan_sandbox.adapters._protocols import QueryResult
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
-from suaveplan_sandbox.permissions._decision import Deny
+from suaveplan_sandbox.permissions._decision import Allow, Deny
 from suaveplan_sandbox.permissions._sql_gate import SqlGate
 
-_NAME = re.compile(r"[a-z][a-z0-9_]{0,40}")
+_NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,40}")
+_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,30}")
+_DML_PRIVILEGES: Final = "SELECT, INSERT, UPDATE, DELETE"
+_ROLE_ATTRIBUTES: Final = "{} NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+
+
+def _names(plugin: str, prefix: str) -> tuple[str, str]:
+    """(runtime role = schema name, owner role); validates plugin and prefix."""
+    if not _NAME.fullmatch(plugin):
+        raise SuaveplanError("SAND_INVALID_ARGUMENT", "plugin names are [a-z][a-z0-9_]*")
+    if not _PREFIX.fullmatch(prefix):
+        raise SuaveplanError("SAND_INVALID_ARGUMENT", "table prefixes are [a-z_][a-z0-9_]*")
+    return f"suaveplan_{plugin}", f"suaveplan_{plugin}_owner"
+
+
+async def _ensure_role(conn: Any, role: str, attributes: Any) -> None:
+    from psycopg import sql
+
+    found = await (
+        await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,))
+    ).fetchone()
+    verb = sql.SQL("ALTER ROLE" if found else "CREATE ROLE")
+    await conn.execute(sql.SQL("{} {} {}").format(verb, sql.Identifier(role), attributes))
 
 
 async def provision_postgres_plugin(admin_conninfo: str, plugin: str, prefix: str) -> str:
-    """Create (or reset the password of) the plugin's role and schema; return its conninfo."""
+    """Create (or reset the password of) the plugin's roles and schema; return its conninfo.
+
+    Idempotent: re-provisioning rotates the runtime role's password and keeps its grants.
+    """
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    if not _NAME.fullmatch(plugin):
-        raise SuaveplanError("SAND_INVALID_ARGUMENT", "plugin names are [a-z][a-z0-9_]*")
-    role = f"suaveplan_{plugin}"
+    role, owner = _names(plugin, prefix)
     password = secrets.token_urlsafe(24)
-    async with await psycopg.AsyncConnection.connect(admin_conninfo, autocommit=True) as conn:
-        exists = await (
-            await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,))
-        ).fetchone()
-        verb = "ALTER" if exists else "CREATE"
-        await conn.execute(
-            sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
-                sql.Identifier(role), sql.Literal(password)
+    try:
+        async with (
+            await psycopg.AsyncConnection.connect(admin_conninfo) as conn,
+            conn.transaction(),
+        ):
+            await _ensure_role(conn, owner, sql.SQL(_ROLE_ATTRIBUTES.format("NOLOGIN")))
+            await _ensure_role(
+                conn,
+                role,
+                sql.SQL(_ROLE_ATTRIBUTES.format("LOGIN") + " PASSWORD {}").format(
+                    sql.Literal(password)
+                ),
             )
-        )
-        await conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
-        await conn.execute(
-            sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
-                sql.Identifier(role), sql.Identifier(role)
+            # The admin must be able to SET ROLE to the owner while migrating.
+            await conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(owner)))
+            await conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
+                    sql.Identifier(role), sql.Identifier(owner)
+                )
             )
-        )
-        await conn.execute(
-            sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(sql.Identifier(role))
-        )
+            await conn.execute(
+                sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(sql.Identifier(role))
+            )
+            await conn.execute(
+                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                    sql.Identifier(role), sql.Identifier(role)
+                )
+            )
+            await _ensure_host_schema(conn)
+    except psycopg.Error as exc:
+        raise SuaveplanError(
+            "SAND_DB_ERROR", f"provisioning failed ({type(exc).__name__})", cause=exc
+        ) from None
     params = conninfo_to_dict(admin_conninfo)
     params.update(user=role, password=password, options=f"-csearch_path={role}")
-    del prefix  # the gate enforces the prefix; the schema enforces the plugin boundary
     return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+async def _ensure_host_schema(conn: Any) -> None:
+    # A new schema grants nothing to PUBLIC: only the admin sees the migration history.
+    await conn.execute("CREATE SCHEMA IF NOT EXISTS suaveplan_host")
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS suaveplan_host.migrations ("
+        "plugin text NOT NULL, name text NOT NULL, version text, sha256 text NOT NULL, "
+        "applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (plugin, name))"
+    )
+
+
+def _plan(gate: SqlGate, file: Path) -> list[str]:
+    """The statements to run for one migration file, or a coded refusal (nothing has run)."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuaveplanError(
+            "SAND_DB_MIGRATION_FAILED",
+            "a migration file cannot be read",
+            {"migration": file.name},
+            cause=exc,
+        ) from None
+    decisions = gate.check_migration(text)
+    if not decisions or any(isinstance(d, Deny) for d in decisions):
+        reason = next((str(d.reason) for d in decisions if isinstance(d, Deny)), "empty")
+        raise SuaveplanError(
+            "SAND_DB_MIGRATION_FAILED",
+            "a migration contains a statement outside the plugin's prefix",
+            {"migration": file.name, "reason": reason},
+        )
+    return [d.target or "" for d in decisions if isinstance(d, Allow)]
+
+
+async def apply_postgres_migrations(
+    admin_conninfo: str,
+    migrations_dir: str | os.PathLike[str],
+    *,
+    plugin: str,
+    prefix: str,
+    version: str | None = None,
+) -> list[str]:
+    """Apply the plugin's `*.sql` files in name order, each once; returns the names applied.
+
+    Needs `provision_postgres_plugin` first. A pending file that the gate refuses stops the run
+    before *any* pending file executes; a file that fails in the database is rolled back
+    whole (earlier files stay applied). Raises `SAND_DB_MIGRATION_FAILED`.
+    """
+    import psycopg
+
+    role, owner = _names(plugin, prefix)
+    gate = SqlGate(prefix, dialect="postgres")
+    files = sorted(Path(migrations_dir).glob("*.sql"), key=lambda p: p.name)
+    applied: list[str] = []
+    try:
+        async with await psycopg.AsyncConnection.connect(admin_conninfo) as conn:
+            async with conn.transaction():
+                await _ensure_host_schema(conn)
+                rows = await (
+                    await conn.execute(
+                        "SELECT name FROM suaveplan_host.migrations WHERE plugin = %s", (plugin,)
+                    )
+                ).fetchall()
+            done = {r[0] for r in rows}
+            pending = [f for f in files if f.name not in done]
+            plans = [(f, _plan(gate, f)) for f in pending]  # refuse before anything runs
+            for file, statements in plans:
+                try:
+                    async with conn.transaction():
+                        await _run_one(
+                            conn,
+                            role=role,
+                            owner=owner,
+                            prefix=prefix,
+                            statements=statements,
+                            name=file.name,
+                        )
+                        await conn.execute(
+                            "INSERT INTO suaveplan_host.migrations (plugin, name, version, sha256)"
+                            " VALUES (%s, %s, %s, %s)",
+                            (
+                                plugin,
+                                file.name,
+                                version,
+                                hashlib.sha256(file.read_bytes()).hexdigest(),
+                            ),
+                        )
+                except psycopg.Error as exc:
+                    raise SuaveplanError(
+                        "SAND_DB_MIGRATION_FAILED",
+                        f"migration failed and was rolled back ({type(exc).__name__})",
+                        {"migration": file.name},
+                        cause=exc,
+                    ) from None
+                applied.append(file.name)
+    except psycopg.Error as exc:
+        raise SuaveplanError(
+            "SAND_DB_MIGRATION_FAILED",
+            f"migrations could not run ({type(exc).__name__})",
+            cause=exc,
+        ) from None
+    return applied
+
+
+async def _run_one(
+    conn: Any, *, role: str, owner: str, prefix: str, statements: list[str], name: str
+) -> None:
+    """One migration inside the caller's transaction: as the owner role, in the plugin schema."""
+    from psycopg import sql
+
+    await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(owner)))
+    await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(role)))
+    for statement in statements:
+        await conn.execute(statement)
+    await conn.execute("RESET ROLE")
+    relations = await (
+        await conn.execute(
+            "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = %s",
+            (role,),
+        )
+    ).fetchall()
+    for relname, relkind in relations:
+        if not str(relname).startswith(prefix):
+            raise SuaveplanError(
+                "SAND_DB_MIGRATION_FAILED",
+                "a migration created an object without the plugin's prefix",
+                {"migration": name},
+            )
+        target = sql.Identifier(role, str(relname))
+        if relkind in ("r", "v", "p", "m"):
+            privileges = _DML_PRIVILEGES if relkind != "m" else "SELECT"
+            await conn.execute(
+                sql.SQL("GRANT " + privileges + " ON TABLE {} TO {}").format(
+                    target, sql.Identifier(role)
+                )
+            )
+        elif relkind == "S":
+            await conn.execute(
+                sql.SQL("GRANT USAGE, SELECT ON SEQUENCE {} TO {}").format(
+                    target, sql.Identifier(role)
+                )
+            )
 
 
 @final
 class PostgresDb:
-    """Queries for one plugin over its own role's connection."""
+    """Queries for one plugin over its own runtime role's connection."""
 
     def __init__(self, conninfo: str, *, plugin: str, prefix: str) -> None:
         self._conninfo = conninfo
@@ -74,6 +273,7 @@ class PostgresDb:
             self._conn = None
 
     async def _execute(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
+        """The engine path, after the gate. Tests call it directly to prove the grants."""
         import psycopg
 
         try:
