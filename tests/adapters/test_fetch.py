@@ -12,10 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import trustme
 
-from suaveplan_sandbox.adapters._fetch import HttpxFetch, address_refused
+from suaveplan_sandbox.adapters._fetch import HttpxFetch, Resolver, address_refused
 from suaveplan_sandbox.adapters._protocols import HttpRequest
 from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.permissions._decision import Allow, Deny
+from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -31,6 +31,14 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(1.0)
             self.send_response(200)
             self.end_headers()
+        elif self.path == "/drip":
+            # Each byte arrives well within any per-read timeout; the whole never does.
+            self.send_response(200)
+            self.end_headers()
+            for _ in range(30):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.1)
         elif self.path.startswith("/redirect"):
             self.send_response(302)
             self.send_header("Location", self.path.split("=", 1)[1])
@@ -165,6 +173,11 @@ async def test_oversized_and_slow_responses_have_codes(server: int) -> None:
     with pytest.raises(SuaveplanError) as info:
         await fetch.request(HttpRequest(url=f"{base}/slow", rule="x"))
     assert info.value.code == "SAND_FETCH_TIMEOUT"
+    drip = HttpxFetch(allow_private=True, timeout=0.5)
+    with pytest.raises(SuaveplanError) as info:
+        await drip.request(HttpRequest(url=f"{base}/drip", rule="x"))
+    assert info.value.code == "SAND_FETCH_TIMEOUT"
+    await drip.aclose()
     few = HttpxFetch(allow_private=True, max_headers=1)
     with pytest.raises(SuaveplanError) as info:
         await few.request(HttpRequest(url=f"{base}/", rule="x"))
@@ -213,3 +226,109 @@ async def test_https_dials_the_vetted_ip_and_verifies_the_original_hostname(
         await fetch.request(HttpRequest(url=f"https://other.test:{port}/", rule="x"))
     assert info.value.code == "SAND_FETCH_FAILED"
     await fetch.aclose()
+
+
+def _counting_resolver(answers: list[str]) -> tuple[Resolver, list[str]]:
+    calls: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        calls.append(host)
+        return list(answers)
+
+    return resolver, calls
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        ["93.184.216.34", "10.0.0.1"],
+        ["10.0.0.1", "93.184.216.34"],
+        ["2606:4700::1111", "::ffff:127.0.0.1"],
+        ["93.184.216.34", "not-an-address"],
+    ],
+)
+async def test_an_answer_set_mixing_public_and_private_is_refused_before_any_dial(
+    answers: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolver, calls = _counting_resolver(answers)
+    fetch = HttpxFetch(resolver=resolver)
+    dialled: list[object] = []
+
+    async def no_send(*args: object, **kwargs: object) -> object:
+        dialled.append(args)
+        raise AssertionError("dialled")
+
+    monkeypatch.setattr(fetch._client, "send", no_send)
+    with pytest.raises(SuaveplanError) as info:
+        await fetch.request(HttpRequest(url="https://mixed.test/", rule="mixed.test"))
+    assert info.value.code == "SAND_FETCH_ADDRESS_REFUSED"
+    with pytest.raises(SuaveplanError) as info:
+        await fetch.connect("mixed.test", 443, rule="mixed.test")
+    assert info.value.code == "SAND_FETCH_ADDRESS_REFUSED"
+    assert dialled == []
+    assert calls == ["mixed.test", "mixed.test"]
+    await fetch.aclose()
+
+
+async def test_vetted_addresses_are_dialled_in_order_with_fallback_and_one_lookup(
+    server: int,
+) -> None:
+    # 127.0.0.2 is loopback too, but nothing listens there: the connection is refused.
+    resolver, calls = _counting_resolver(["127.0.0.2", "127.0.0.1"])
+    fetch = HttpxFetch(allow_private=True, resolver=resolver)
+    response = await fetch.request(
+        HttpRequest(url=f"http://multi.test:{server}/", rule="http:multi.test")
+    )
+    assert response.status == 200
+    assert dict(response.headers)["X-Host"] == f"multi.test:{server}"
+    assert calls == ["multi.test"]
+    sock = await fetch.connect("multi.test", server, rule="multi.test")
+    assert sock.getpeername() == ("127.0.0.1", server)
+    sock.close()
+    assert calls == ["multi.test", "multi.test"]
+    await fetch.aclose()
+
+
+async def test_when_no_vetted_address_answers_the_fetch_fails_without_a_second_lookup(
+    server: int,
+) -> None:
+    resolver, calls = _counting_resolver(["127.0.0.2", "127.0.0.3"])
+    fetch = HttpxFetch(allow_private=True, resolver=resolver)
+    with pytest.raises(SuaveplanError) as info:
+        await fetch.request(HttpRequest(url=f"http://down.test:{server}/", rule="x"))
+    assert info.value.code == "SAND_FETCH_FAILED"
+    with pytest.raises(SuaveplanError) as info:
+        await fetch.connect("down.test", server, rule="x")
+    assert info.value.code == "SAND_FETCH_FAILED"
+    assert calls == ["down.test", "down.test"]
+    await fetch.aclose()
+
+
+async def test_a_redirect_to_a_name_that_resolves_private_is_refused(server: int) -> None:
+    base = f"http://127.0.0.1:{server}"
+    answers = {"internal.test": ["10.0.0.7"]}
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return answers[host]
+
+    def recheck(url: str) -> Allow | Deny:
+        return Allow(rule="http:internal.test", target=url)
+
+    fetch = HttpxFetch(follow_redirects=True, recheck=recheck, resolver=resolver)
+    with pytest.raises(SuaveplanError) as info:
+        await fetch.request(
+            HttpRequest(url=f"{base}/redirect?to=http://internal.test/", rule="http:127.0.0.1")
+        )
+    assert info.value.code == "SAND_FETCH_ADDRESS_REFUSED"
+
+    def deny(url: str) -> Allow | Deny:
+        return Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
+
+    denied = HttpxFetch(follow_redirects=True, recheck=deny, resolver=resolver)
+    with pytest.raises(SuaveplanError) as info:
+        await denied.request(
+            HttpRequest(url=f"{base}/redirect?to=http://internal.test/", rule="http:127.0.0.1")
+        )
+    assert info.value.code == "SAND_FETCH_REDIRECT_REFUSED"
+    await fetch.aclose()
+    await denied.aclose()

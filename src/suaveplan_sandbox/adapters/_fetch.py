@@ -1,11 +1,15 @@
-"""`HttpxFetch`: outbound HTTP that resolves once, vets the address, and dials only that address.
+"""`HttpxFetch`: outbound HTTP that resolves once, vets every answer, and dials only those.
 
 The URL is re-parsed with the checker's WHATWG parser. The host is resolved once (injectable
-resolver); every answer must be a public address unless the matched rule is that IP literal
-or the host opted in with `allow_private=True`. The request is then sent to the vetted IP
-with `Host` and TLS SNI/verification set to the original hostname, so DNS is never asked
-again (no rebinding). Redirects are off by default; when on, each hop is re-checked with
-`recheck` and re-vetted. Response body size, header count and total time are limited.
+resolver). *Every* answer must be a public address unless the matched rule is that IP literal
+or the host opted in with `allow_private=True`: an answer set that mixes public and private
+addresses is refused whole, because that is what a rebinding or split-horizon attack looks
+like, and dialling "only the good ones" would still let an attacker who controls the zone
+steer which one is tried. The vetted addresses are then dialled in the resolver's order,
+falling back to the next one only when a connection cannot be established (nothing was sent),
+with `Host` and TLS SNI/verification set to the original hostname; DNS is never asked again
+(no rebinding). Redirects are off by default; when on, each hop is re-checked with `recheck`
+and re-vetted. Response body size, header count and total time are limited.
 """
 
 from __future__ import annotations
@@ -125,8 +129,11 @@ class HttpxFetch:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def vet(self, host: str, port: int, rule: str) -> str:
-        """Resolve `host` once and return the one address to dial, or raise."""
+    async def vet(self, host: str, port: int, rule: str) -> list[str]:
+        """Resolve `host` once; return every address to dial, in order, or raise.
+
+        All answers must pass (a mixed public/private set is refused whole).
+        """
         literal = host[1:-1] if host.startswith("[") else host
         try:
             ip: IpAddress | None = ipaddress.ip_address(literal)
@@ -136,19 +143,26 @@ class HttpxFetch:
             same = _rule_host(rule) == canonical_host(host)
             if address_refused(ip) and not (self._allow_private or same):
                 raise _refused()
-            return str(ip)
+            return [str(ip)]
         try:
             answers = await self._resolve(host, port)
         except (OSError, UnicodeError) as exc:
             raise SuaveplanError(
                 "SAND_FETCH_FAILED", "the host did not resolve", cause=exc
             ) from None
-        addresses = [ipaddress.ip_address(a) for a in answers]
+        addresses: list[IpAddress] = []
+        for answer in answers:
+            try:
+                parsed = ipaddress.ip_address(answer)
+            except ValueError:
+                raise _refused() from None  # a resolver answer that is not an address
+            if parsed not in addresses:
+                addresses.append(parsed)
         if not addresses:
             raise SuaveplanError("SAND_FETCH_FAILED", "the host did not resolve")
         if not self._allow_private and any(address_refused(a) for a in addresses):
             raise _refused()
-        return str(addresses[0])
+        return [str(a) for a in addresses]
 
     async def request(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -165,26 +179,17 @@ class HttpxFetch:
             parsed = parse_url(url)
             if parsed is None or parsed.scheme not in ("http", "https"):
                 raise SuaveplanError("SAND_FETCH_FAILED", "the URL does not parse")
-            address = await self.vet(parsed.host, parsed.port, rule)
+            addresses = await self.vet(parsed.host, parsed.port, rule)
             target = httpx.URL(parsed.href)
             host_header = parsed.host if target.port is None else f"{parsed.host}:{target.port}"
-            req = self._client.build_request(
-                method,
-                target.copy_with(host=address),
+            response = await self._send_first_reachable(
+                addresses,
+                target=target,
+                method=method,
                 headers=[*headers, ("Host", host_header)],
-                content=body,
-                extensions={"sni_hostname": parsed.host.strip("[]")},
+                body=body,
+                hostname=parsed.host,
             )
-            try:
-                response = await self._client.send(req, stream=True)
-            except httpx.TimeoutException as exc:
-                raise SuaveplanError(
-                    "SAND_FETCH_TIMEOUT", "the request timed out", cause=exc
-                ) from None
-            except httpx.HTTPError as exc:
-                raise SuaveplanError(
-                    "SAND_FETCH_FAILED", f"the request failed ({type(exc).__name__})", cause=exc
-                ) from None
             try:
                 if len(response.headers.raw) > self._max_headers:
                     raise SuaveplanError("SAND_FETCH_TOO_LARGE", "too many response headers")
@@ -223,11 +228,56 @@ class HttpxFetch:
                 await response.aclose()
         raise SuaveplanError("SAND_FETCH_REDIRECT_REFUSED", "too many redirects")
 
+    async def _send_first_reachable(
+        self,
+        addresses: list[str],
+        *,
+        target: httpx.URL,
+        method: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        hostname: str,
+    ) -> httpx.Response:
+        """Send to the first vetted address that accepts a connection; never re-resolve."""
+        last: httpx.HTTPError | None = None
+        for address in addresses:
+            req = self._client.build_request(
+                method,
+                target.copy_with(host=address),
+                headers=headers,
+                content=body,
+                extensions={"sni_hostname": hostname.strip("[]")},
+            )
+            try:
+                return await self._client.send(req, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                last = exc  # nothing was sent: the next vetted address may answer
+            except httpx.TimeoutException as exc:
+                raise SuaveplanError(
+                    "SAND_FETCH_TIMEOUT", "the request timed out", cause=exc
+                ) from None
+            except httpx.HTTPError as exc:
+                raise SuaveplanError(
+                    "SAND_FETCH_FAILED", f"the request failed ({type(exc).__name__})", cause=exc
+                ) from None
+        if isinstance(last, httpx.ConnectTimeout):
+            raise SuaveplanError("SAND_FETCH_TIMEOUT", "the connection timed out", cause=last)
+        raise SuaveplanError(
+            "SAND_FETCH_FAILED", "no vetted address accepted the connection", cause=last
+        )
+
     async def connect(self, host: str, port: int, *, rule: str) -> socket.socket:
-        address = await self.vet(host, port, rule)
+        addresses = await self.vet(host, port, rule)
 
         def dial() -> socket.socket:
-            return socket.create_connection((address, port), timeout=self._timeout)
+            last: OSError | None = None
+            for address in addresses:
+                try:
+                    return socket.create_connection((address, port), timeout=self._timeout)
+                except OSError as exc:
+                    last = exc
+            assert last is not None
+            raise last
 
         try:
             return await asyncio.to_thread(dial)
