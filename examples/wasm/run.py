@@ -16,11 +16,15 @@ HERE = Path(__file__).resolve().parent
 
 
 async def run_wasm_example(path: Path = HERE) -> tuple[RunResult, str]:
-    """Run the plugin in `path` on a scratch copy of its root; returns (result, output file)."""
+    """Run the plugin in `path` on a scratch copy of its folder; returns (result, output file).
+
+    The plugin's root is its manifest's folder (as `suaveplan-sandbox run` assumes): the
+    guest sees `input/` read-only and `output/` writable, and nothing else.
+    """
     manifest = tomllib.loads((path / "manifest.toml").read_text())
     with tempfile.TemporaryDirectory(prefix="suaveplan-wasm-example-") as tmp:
         root = Path(tmp) / "root"
-        shutil.copytree(path / "root", root)
+        shutil.copytree(path, root)
         policy = PermissionPolicy.from_manifest(manifest, root=root)
         async with await create_wasm_sandbox(
             wasm_module_path=path / manifest["entry"], policy=policy

@@ -129,13 +129,36 @@ def test_run_calls_a_python_plugin_and_prints_json(
     assert "SAND_PERM_DENIED" in err and "path-not-in-allowlist" in err
 
 
-def test_run_executes_the_wasm_example_as_a_command(
+def test_run_executes_the_wasm_example_with_the_manifests_folder_as_root(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import shutil
 
+    example = tmp_path / "wasm"
+    shutil.copytree(EXAMPLE.parents[1] / "wasm", example)
+    (example / "output" / "result.txt").unlink(missing_ok=True)
+    code, out, err = _run(
+        capsys,
+        "run",
+        str(example / "report.wasm"),
+        "--manifest",
+        str(example / "manifest.toml"),
+        "--json",
+    )
+    assert code == 0, err
+    result = json.loads(out)["result"]
+    assert result["exit_code"] == 0
+    assert "read private: refused" in result["stdout"]
+    assert (example / "output" / "result.txt").read_text() == "sum=12\n"
+
+
+def test_run_root_overrides_the_manifests_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     example = EXAMPLE.parents[1] / "wasm"
-    shutil.copytree(example / "root", tmp_path / "root")
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "numbers.txt").write_text("40 2\n")
+    (tmp_path / "output").mkdir()
     code, out, err = _run(
         capsys,
         "run",
@@ -143,10 +166,10 @@ def test_run_executes_the_wasm_example_as_a_command(
         "--manifest",
         str(example / "manifest.toml"),
         "--root",
-        str(tmp_path / "root"),
+        str(tmp_path),
         "--json",
     )
     assert code == 0, err
-    result = json.loads(out)["result"]
-    assert result["exit_code"] == 0
-    assert (tmp_path / "root" / "output" / "result.txt").exists()
+    assert json.loads(out)["result"]["exit_code"] == 0
+    assert (tmp_path / "output" / "result.txt").read_text() == "sum=42\n"
+    assert not (example / "output" / "result.txt").exists()

@@ -65,11 +65,10 @@ async def run_wasm_example(folder: Path, console: Console) -> int:
     from suaveplan_sandbox.wasm import create_wasm_sandbox
 
     with tempfile.TemporaryDirectory(prefix="suaveplan-demo-") as tmp:
-        manifest = folder / "manifest.toml"
-        root = Path(tmp) / "root"
-        shutil.copytree(folder / "root", root)
-        policy = PermissionPolicy.from_manifest(manifest, root=root)
-        module = folder / (policy.manifest.entry or "plugin.wasm")
+        root = Path(tmp) / folder.name  # the manifest's folder is the plugin's root
+        shutil.copytree(folder, root)
+        policy = PermissionPolicy.from_manifest(root / "manifest.toml", root=root)
+        module = root / (policy.manifest.entry or "plugin.wasm")
         async with await create_wasm_sandbox(wasm_module_path=module, policy=policy) as sb:
             result = await sb.run(argv=[policy.plugin])
             denials = len(sb.denials)
