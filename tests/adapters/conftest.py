@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+@contextlib.contextmanager
+def running_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A throw-away redis-server on a unix socket (no TCP port): its URL and process."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail(
@@ -37,19 +39,34 @@ def redis_url() -> Iterator[str]:
         ],
         stdout=subprocess.DEVNULL,
     )
-    for _ in range(500):
-        if sock.exists():
-            break
-        if proc.poll() is not None:
-            pytest.fail("redis-server exited at startup")
-        time.sleep(0.01)
-    else:
-        proc.kill()
-        pytest.fail("redis-server did not create its socket")
-    yield f"unix://{sock}"
-    proc.terminate()
-    proc.wait()
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for _ in range(500):
+            if sock.exists():
+                break
+            if proc.poll() is not None:
+                pytest.fail("redis-server exited at startup")
+            time.sleep(0.01)
+        else:
+            pytest.fail("redis-server did not create its socket")
+        yield f"unix://{sock}", proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with running_redis() as (url, _proc):
+        yield url
+
+
+@pytest.fixture
+def own_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server for one test, which the test may stop."""
+    with running_redis() as server:
+        yield server
 
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")

@@ -1,7 +1,14 @@
 """`RedisEventBus`: events over Redis pub/sub (`redis.asyncio`), JSON payloads.
 
 Subscriptions use PSUBSCRIBE with the manifest pattern translated to a Redis glob (`*` only;
-other glob metacharacters are escaped), so Redis matches exactly what the manifest says.
+other glob metacharacters are escaped), and each delivery is matched again against the
+manifest pattern with the checker's own `topic_matches` before the handler sees it, so a
+difference between Redis's glob and the manifest's rule can only drop an event, never deliver
+one the plugin did not subscribe to. Payloads that are not JSON are dropped (never evaluated).
+
+Failure: a lost server surfaces as `SAND_EVENTS_ERROR` from `publish`/`subscribe` within the
+connect timeout (no hang), and ends a subscription's pump, which records the error on
+`subscription.error` and logs it; `close()` is always safe and leaves no task or connection.
 """
 
 from __future__ import annotations
@@ -10,40 +17,84 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import Any, final
+from typing import Any, Final, final
 
 from suaveplan_sandbox.adapters._protocols import EventHandler
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.permissions._topic_rules import topic_matches
 
 _LOG = logging.getLogger("suaveplan_sandbox.events")
+_DEFAULT_TIMEOUT: Final = 5.0
 
 
 def _glob(pattern: str) -> str:
-    escaped = "".join("\\" + c if c in "?[]\\" else c for c in pattern)
-    return escaped
+    return "".join("\\" + c if c in "?[]\\" else c for c in pattern)
+
+
+def _backend_failed(exc: BaseException) -> SuaveplanError:
+    return SuaveplanError("SAND_EVENTS_ERROR", "the events backend failed", cause=exc)
 
 
 @final
 class _RedisSubscription:
-    def __init__(self, pubsub: Any, task: asyncio.Task[None]) -> None:
+    def __init__(self, pubsub: Any, pattern: str, handler: EventHandler) -> None:
         self._pubsub = pubsub
-        self._task = task
+        self._pattern = pattern
+        self._handler = handler
+        self.error: SuaveplanError | None = None
+        self._task = asyncio.create_task(self._pump())
+
+    @property
+    def active(self) -> bool:
+        """False once closed or once the server connection was lost."""
+        return not self._task.done()
+
+    async def _pump(self) -> None:
+        try:
+            async for message in self._pubsub.listen():
+                if message.get("type") != "pmessage":
+                    continue
+                channel = message["channel"]
+                topic = channel.decode() if isinstance(channel, bytes) else str(channel)
+                if not topic_matches(self._pattern, topic):
+                    continue  # Redis matched, the manifest rule did not: never deliver
+                try:
+                    payload = json.loads(message["data"])
+                    await self._handler(topic, payload)
+                except Exception as exc:
+                    _LOG.warning("event handler failed: %s", type(exc).__name__)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.error = _backend_failed(exc)
+            _LOG.warning("events subscription lost its backend: %s", type(exc).__name__)
 
     async def close(self) -> None:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        await self._pubsub.aclose()
+        try:
+            await self._pubsub.aclose()
+        except Exception:  # the server may already be gone; the socket is closed regardless
+            _LOG.debug("closing a lost subscription", exc_info=True)
 
 
 @final
 class RedisEventBus:
-    """Publish/subscribe through a Redis server at `url` (`redis://`, `unix://`)."""
+    """Publish/subscribe through a Redis server at `url` (`redis://`, `rediss://`, `unix://`)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, timeout: float = _DEFAULT_TIMEOUT) -> None:
         import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
-        self._redis: Any = aioredis.from_url(url)
+        # A bounded connect/read timeout and a single retry: a dead server is an error, not a hang.
+        self._redis: Any = aioredis.from_url(
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), 1),
+        )
 
     def __repr__(self) -> str:
         return "RedisEventBus()"
@@ -53,11 +104,15 @@ class RedisEventBus:
 
     async def publish(self, plugin: str, topic: str, payload: WireValue) -> None:
         try:
-            await self._redis.publish(topic, json.dumps(payload))
-        except Exception as exc:
+            data = json.dumps(payload)
+        except (TypeError, ValueError) as exc:
             raise SuaveplanError(
-                "SAND_EVENTS_ERROR", "the events backend failed", cause=exc
+                "SAND_INVALID_ARGUMENT", "event payloads must be JSON values", cause=exc
             ) from None
+        try:
+            await self._redis.publish(topic, data)
+        except Exception as exc:
+            raise _backend_failed(exc) from None
 
     async def subscribe(
         self, plugin: str, pattern: str, handler: EventHandler
@@ -66,20 +121,7 @@ class RedisEventBus:
         try:
             await pubsub.psubscribe(_glob(pattern))
         except Exception as exc:
-            raise SuaveplanError(
-                "SAND_EVENTS_ERROR", "the events backend failed", cause=exc
-            ) from None
-
-        async def pump() -> None:
-            async for message in pubsub.listen():
-                if message.get("type") != "pmessage":
-                    continue
-                channel = message["channel"]
-                topic = channel.decode() if isinstance(channel, bytes) else str(channel)
-                try:
-                    payload = json.loads(message["data"])
-                    await handler(topic, payload)
-                except Exception as exc:
-                    _LOG.warning("event handler failed: %s", type(exc).__name__)
-
-        return _RedisSubscription(pubsub, asyncio.create_task(pump()))
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+            raise _backend_failed(exc) from None
+        return _RedisSubscription(pubsub, pattern, handler)
