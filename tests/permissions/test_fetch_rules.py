@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
 from suaveplan_sandbox.permissions._fetch_rules import (
@@ -187,3 +189,62 @@ def test_wildcard_finds_the_right_rule_among_many() -> None:
     assert not rules.check("https://zone999.example/").allowed
     assert not rules.check("https://a.xzone999.example/").allowed
     assert rules.check("https://host0.example/").allowed
+
+
+def _wrapper_view(url: str) -> ParsedUrl | None:
+    """The same parse through ada's Python wrapper: the reference for our C-API slicing."""
+    import ada_url
+
+    try:
+        parsed = ada_url.URL(url)
+    except ValueError:
+        return None
+    scheme = parsed.protocol[:-1]
+    host = parsed.hostname.removesuffix(".")
+    port = int(parsed.port) if parsed.port else {"https": 443, "http": 80}.get(scheme, 0)
+    is_ip = parsed.host_type in (ada_url.HostType.IPV4, ada_url.HostType.IPV6)
+    return ParsedUrl(href=parsed.href, scheme=scheme, host=host, port=port, is_ip=is_ip)
+
+
+_PARSE_INPUTS = sorted(
+    {case["input"] for case in _CASES if isinstance(case["input"], str)}
+    | {
+        "https://u:p@h.example:8080/x",
+        "https://u@h.example/",
+        "https://@h.example/",
+        "https://:@h.example/",
+        "http://[::1]:80/",
+        "https://h.example./",
+        "https://H.EXAMPLE:443/a?b#c",
+        "http://0x7f.1/",
+        "https://xn--bcher-kva.example/",
+        "https://bücher.example/",
+        "https://a%40b@h.example/",
+        "https://user:p%3Ass@[2001:db8::1]:8443/",
+        "ftp://files.example/x",
+        "file:///etc/passwd",
+        "data:text/plain,hi",
+        "HTTPS://example.com",
+    }
+)
+
+
+@pytest.mark.parametrize("url", _PARSE_INPUTS)
+def test_parse_url_slices_agree_with_the_ada_wrapper(url: str) -> None:
+    assert parse_url(url) == _wrapper_view(url)
+
+
+_URL_PIECES = st.builds(
+    "{}://{}{}{}{}".format,
+    st.sampled_from(["https", "http", "HTTP", "ftp", "ws"]),
+    st.sampled_from(["", "u@", "u:p@", "@", ":@", "a%40b:c@", "x@y@"]),
+    st.sampled_from(["h.example", "H.Example.", "1.2.3.4", "0x7f.1", "[::1]", "bücher.de", "a..b"]),
+    st.sampled_from(["", ":443", ":80", ":8080", ":0", ":65536", ":"]),
+    st.sampled_from(["", "/", "/p?q#f", "\\x", "?@evil.example"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_URL_PIECES)
+def test_generated_urls_parse_like_the_ada_wrapper(url: str) -> None:
+    assert parse_url(url) == _wrapper_view(url)

@@ -32,8 +32,6 @@ _FORBIDDEN_HOST_CHARS: Final = frozenset("/\\?#@%*[]: \t\r\n\x00\x7f") | frozens
 )
 _IPV4: Final = int(ada_url.HostType.IPV4)
 _IPV6: Final = int(ada_url.HostType.IPV6)
-_SCHEME_HTTP: Final = int(ada_url.SchemeType.HTTP)
-_SCHEME_HTTPS: Final = int(ada_url.SchemeType.HTTPS)
 
 
 class FetchRuleError(ValueError):
@@ -57,47 +55,59 @@ class ParsedUrl:
     is_ip: bool
 
 
-def _text(value: Any) -> str:
-    return bytes(_ffi.buffer(value.data, value.length)).decode("utf-8")
+_PORT_OMITTED: Final = 0xFFFFFFFF
+_ParsedFields = tuple[str, str, str, int, bool]  # href, scheme, host, port, is_ip
 
 
-def parse_url(url: object) -> ParsedUrl | None:
-    """Parse `url` per WHATWG, or None if it does not parse."""
+def _parse_fields(url: object) -> _ParsedFields | None:
+    """One WHATWG parse through ada's C API, or None if `url` does not parse.
+
+    The Python wrapper (`ada_url.URL`) costs more per attribute than the parse itself, so we
+    take the serialised href once and slice scheme and host out of it with ada's own
+    component offsets (`ada_get_components`), and read the port from the same struct.
+    `tests/permissions/test_fetch_rules.py` checks these slices against the wrapper's
+    attributes for every URL vector and for generated URLs.
+    """
     if type(url) is not str:
         return None
     try:
         raw = url.encode("utf-8")
     except UnicodeEncodeError:
         return None
-    # ada's C API directly: one parse, then only the components we need (the Python wrapper
-    # costs more per attribute than the parse itself).
-    handle = _lib.ada_parse(raw, len(raw))
+    lib = _lib
+    handle = lib.ada_parse(raw, len(raw))
     try:
-        if not _lib.ada_is_valid(handle):
+        if not lib.ada_is_valid(handle):
             return None
-        scheme_type = _lib.ada_get_scheme_type(handle)
-        if scheme_type == _SCHEME_HTTPS:
-            scheme = "https"
-        elif scheme_type == _SCHEME_HTTP:
-            scheme = "http"
-        else:
-            scheme = _text(_lib.ada_get_protocol(handle))[:-1]
-        port_value = _lib.ada_get_port(handle)
-        port = int(_text(port_value)) if port_value.length else _DEFAULT_PORTS.get(scheme, 0)
-        host = _text(_lib.ada_get_hostname(handle))
-        if host.endswith("."):
-            host = host[:-1]
-        host_type = _lib.ada_get_host_type(handle)
-        href = _text(_lib.ada_get_href(handle))
+        value = lib.ada_get_href(handle)
+        href = _ffi.unpack(value.data, value.length).decode("utf-8")
+        parts = lib.ada_get_components(handle)
+        protocol_end = parts.protocol_end
+        host_start = parts.host_start
+        host_end = parts.host_end
+        port_value = parts.port
+        host_type = lib.ada_get_host_type(handle)
     finally:
-        _lib.ada_free(handle)
-    return ParsedUrl(
-        href=href,
-        scheme=scheme,
-        host=host,
-        port=port,
-        is_ip=host_type in (_IPV4, _IPV6),
-    )
+        lib.ada_free(handle)
+    scheme = href[: protocol_end - 1]  # `protocol_end` counts the ":"
+    # With credentials, `host_start` points at the "@" that ends them; "@" can never be part
+    # of a host (it is a forbidden host code point), so dropping it is exact.
+    host = href[host_start:host_end]
+    if host.startswith("@"):
+        host = host[1:]
+    if host.endswith("."):
+        host = host[:-1]
+    port = _DEFAULT_PORTS.get(scheme, 0) if port_value == _PORT_OMITTED else int(port_value)
+    return href, scheme, host, port, host_type in (_IPV4, _IPV6)
+
+
+def parse_url(url: object) -> ParsedUrl | None:
+    """Parse `url` per WHATWG, or None if it does not parse."""
+    fields = _parse_fields(url)
+    if fields is None:
+        return None
+    href, scheme, host, port, is_ip = fields
+    return ParsedUrl(href=href, scheme=scheme, host=host, port=port, is_ip=is_ip)
 
 
 def _canonical(text: str) -> tuple[str, bool] | None:
@@ -214,17 +224,28 @@ class FetchRuleSet:
         self._suffix = {k: tuple(v) for k, v in suffix.items()}
         self._cache: dict[str, Allow | Deny] = {}
 
-    def _candidates(self, host: str, is_ip: bool, port: int) -> list[_Rule]:
-        found = [r for r in self._exact.get(host, ()) if r.port is None or r.port == port]
-        if not is_ip and self._suffix:
-            suffix = self._suffix
-            dot = host.find(".")
-            while dot >= 0:
-                bucket = suffix.get(host[dot + 1 :])
-                if bucket is not None:
-                    found.extend(r for r in bucket if r.port is None or r.port == port)
-                dot = host.find(".", dot + 1)
-        return found
+    def _select(
+        self, host: str, is_ip: bool, port: int, http: bool
+    ) -> tuple[_Rule | None, bool]:
+        """The lowest-index rule granting host:port (an `http:` rule if `http`), and whether
+        any rule matched host and port at all (to tell a scheme refusal from a host one)."""
+        best: _Rule | None = None
+        matched = False
+        bucket: tuple[_Rule, ...] | None = self._exact.get(host)
+        suffix = self._suffix
+        dot = -1 if is_ip or not suffix else host.find(".")
+        while True:
+            if bucket is not None:
+                for rule in bucket:
+                    if rule.port is not None and rule.port != port:
+                        continue
+                    matched = True
+                    if (not http or rule.http) and (best is None or rule.index < best.index):
+                        best = rule
+            if dot < 0:
+                return best, matched
+            bucket = suffix.get(host[dot + 1 :])
+            dot = host.find(".", dot + 1)
 
     def check(self, url: object) -> Allow | Deny:
         # Decisions are a pure function of (rules, url) and immutable: memoise recent short URLs.
@@ -241,21 +262,18 @@ class FetchRuleSet:
         return self._decide(url)
 
     def _decide(self, url: object) -> Allow | Deny:
-        parsed = parse_url(url)
-        if parsed is None:
+        fields = _parse_fields(url)
+        if fields is None:
             return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
-        scheme = parsed.scheme
+        href, scheme, host, port, is_ip = fields
         if scheme not in {"https", "http"}:
             return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
-        found = self._candidates(parsed.host, parsed.is_ip, parsed.port)
-        if not found:
-            return Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
-        if scheme == "http":
-            found = [r for r in found if r.http]
-            if not found:
-                return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
-        best = found[0] if len(found) == 1 else min(found, key=lambda r: r.index)
-        return Allow(rule=best.text, target=parsed.href)
+        best, matched = self._select(host, is_ip, port, scheme == "http")
+        if best is not None:
+            return Allow(rule=best.text, target=href)
+        if matched:
+            return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
+        return Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
 
     def check_host(self, host: object, port: object) -> Allow | Deny:
         if type(host) is not str or type(port) is not int or not 1 <= port <= 65535:
@@ -265,8 +283,7 @@ class FetchRuleSet:
         if result is None:
             return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
         canonical, is_ip = result
-        found = self._candidates(canonical, is_ip, port)
-        if not found:
+        best, _ = self._select(canonical, is_ip, port, http=False)
+        if best is None:
             return Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
-        best = min(found, key=lambda r: r.index)
         return Allow(rule=best.text, target=f"{canonical}:{port}")

@@ -136,7 +136,15 @@ def _entry(rule: _Rule) -> _Entry:
 class FsRuleSet:
     """Compiled fs rules. `check` returns `Allow(rule, target)` or `Deny("fs", reason)`."""
 
-    __slots__ = ("_exact", "_globs", "_read_cache", "_rules", "_write_cache", "rules")
+    __slots__ = (
+        "_exact",
+        "_first_glob",
+        "_globs",
+        "_read_cache",
+        "_rules",
+        "_write_cache",
+        "rules",
+    )
 
     def __init__(self, rules: Sequence[str]) -> None:
         self.rules: tuple[str, ...] = tuple(rules)
@@ -151,6 +159,8 @@ class FsRuleSet:
                 globs.setdefault(_bucket_key(rule.pattern), []).append(rule)
         self._exact = {k: tuple(_entry(r) for r in v) for k, v in exact.items()}
         self._globs = {k: tuple(_entry(r) for r in v) for k, v in globs.items()}
+        # Lowest glob index: once the best match is at or below it, no other glob can win.
+        self._first_glob = min((r.index for v in globs.values() for r in v), default=-1)
         self._read_cache: dict[str, Allow | Deny] = {}
         self._write_cache: dict[str, Allow | Deny] = {}
 
@@ -164,7 +174,8 @@ class FsRuleSet:
                 best = entry
                 break
         globs = self._globs
-        if not globs:
+        first = self._first_glob
+        if not globs or (best is not None and best[0] < first):
             return best, matched
         # Buckets at the root, at each ancestor directory and at the target itself.
         key = "."
@@ -179,6 +190,8 @@ class FsRuleSet:
                         matched = True
                         if not write or entry[2]:
                             best = entry
+                            if entry[0] == first:
+                                return best, matched  # nothing deeper can be lower
                             break
             if key is target or target == ".":
                 return best, matched
