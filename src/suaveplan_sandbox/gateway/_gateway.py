@@ -6,15 +6,24 @@ calls the adapter with the checker's normalised target. Adapter failures are tra
 into coded errors that carry no host detail outward; the full detail goes to the audit sink and
 the `logging` module. `close()` cancels every in-flight adapter call and makes later dispatches
 fail with `SAND_CANCELLED`; it is idempotent.
+
+`dispatch_sync` is the same request without a task: validation, the decision, the audit
+record, metrics and `on_denial` run inline on the calling thread, and so does the adapter when
+its method is synchronous (a plain `def`). Only an async adapter needs the event loop; the
+caller says how to reach it with `run_coroutine` (the WASM host blocks its guest thread on
+the loop). Both entry points share `_admit` and `_finish`, so for the same inputs they
+produce the same results, errors, audit rows and metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, final
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, final
 
 from suaveplan_sandbox.adapters._protocols import (
     Adapters,
@@ -61,10 +70,35 @@ _OPERATIONS: Final = frozenset(
 _CAPABILITIES: Final = frozenset(c for c, _ in _OPERATIONS)
 
 DenialListener = Callable[[Deny, str, str], None]
+RunCoroutine = Callable[[Coroutine[Any, Any, object]], object]
 
 
 class _Malformed(Exception):
     """Internal: the request's arguments have the wrong shape."""
+
+
+class _NeedsLoop(Exception):
+    """Internal: `dispatch_sync` met an async adapter and has no `run_coroutine`."""
+
+
+def _plain(raw: object) -> object:
+    return raw
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _AdapterCall:
+    """One allowed adapter invocation: `adapters.<capability>.<method>(*args, **kwargs)`.
+
+    `shape` turns the adapter's return value into the plain data the guest gets. Building
+    the call is separate from running it so one decision can run inline or as a task.
+    """
+
+    capability: str
+    method: str
+    args: tuple[object, ...]
+    kwargs: Mapping[str, object] = field(default_factory=dict)
+    shape: Callable[[Any], object] = _plain
 
 
 @final
@@ -122,39 +156,45 @@ class Gateway:
         Raises `SuaveplanError`: `SAND_PERM_DENIED` on deny, `SAND_ADAPTER_MISSING`,
         `SAND_ADAPTER_FAILED`, `SAND_CANCELLED`, or a coded error the adapter raised itself.
         """
-        if self._closed:
-            raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
-        started = self._clock.now()
-        cap = capability if isinstance(capability, str) else "unknown"
-        op = operation if isinstance(operation, str) else "unknown"
-        if (cap, op) not in _OPERATIONS or not isinstance(args, Mapping):
-            reason = (
-                DenyReason.UNKNOWN_CAPABILITY
-                if cap not in _CAPABILITIES
-                else DenyReason.MALFORMED_PAYLOAD
-            )
-            self._denied(self._checker.deny(cap, reason), cap, op, started)
-        assert isinstance(args, Mapping)
+        started, cap, op, decision, call = self._admit(capability, operation, args, handler)
         try:
-            decision, call = self._decide(cap, op, args, handler)
-        except _Malformed:
-            decision, call = self._checker.deny(cap, DenyReason.MALFORMED_PAYLOAD), None
-        if isinstance(decision, Deny):
-            self._denied(decision, cap, op, started)
-        assert call is not None
-        try:
-            result = await self._run(call)
+            result = await self._run(self._invoke(call))
         except SuaveplanError as exc:
             self._finish(cap, op, decision, started, outcome="error", code=exc.code)
             raise
         except Exception as exc:
-            _log.warning("adapter %s.%s failed for plugin %s", cap, op, self.plugin, exc_info=exc)
-            self._finish(cap, op, decision, started, outcome="error", code="SAND_ADAPTER_FAILED")
-            raise SuaveplanError(
-                "SAND_ADAPTER_FAILED",
-                f"the host's {cap} adapter failed",
-                {"capability": cap, "operation": op},
-            ) from None
+            raise self._adapter_failed(cap, op, decision, started, exc) from None
+        self._finish(cap, op, decision, started, outcome="ok", code=None)
+        return result
+
+    def dispatch_sync(
+        self,
+        capability: object,
+        operation: object,
+        args: object,
+        *,
+        run_coroutine: RunCoroutine | None = None,
+    ) -> object:
+        """`dispatch` without a task, for callers on a thread that may block.
+
+        The checker, audit sink, metrics and `on_denial` run on the calling thread, and a
+        synchronous adapter method is called right here. An async adapter is run by
+        `run_coroutine(coro)` (which must run the coroutine on the gateway's event loop and
+        return its result or raise its exception); without one it fails closed with
+        `SAND_ADAPTER_FAILED`. Raises what `dispatch` raises for the same inputs. There is
+        no `handler`, so `events.subscribe` is denied `malformed-payload`, as it is by
+        `dispatch` without one. A synchronous adapter call cannot be cancelled by `close()`;
+        if the gateway was closed meanwhile its result is dropped (a socket is closed) and
+        `SAND_CANCELLED` is raised.
+        """
+        started, cap, op, decision, call = self._admit(capability, operation, args, None)
+        try:
+            result = self._run_sync(call, run_coroutine)
+        except SuaveplanError as exc:
+            self._finish(cap, op, decision, started, outcome="error", code=exc.code)
+            raise
+        except Exception as exc:
+            raise self._adapter_failed(cap, op, decision, started, exc) from None
         self._finish(cap, op, decision, started, outcome="ok", code=None)
         return result
 
@@ -180,8 +220,82 @@ class Gateway:
 
     # -- internals -------------------------------------------------------------------------
 
-    async def _run(self, call: Callable[[], Awaitable[object]]) -> object:
-        fut: asyncio.Future[object] = asyncio.ensure_future(call())
+    def _admit(
+        self,
+        capability: object,
+        operation: object,
+        args: object,
+        handler: EventHandler | None,
+    ) -> tuple[float, str, str, Allow, _AdapterCall]:
+        """Validate and decide; on Deny record it and raise. Shared by both entry points."""
+        if self._closed:
+            raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
+        started = self._clock.now()
+        cap = capability if isinstance(capability, str) else "unknown"
+        op = operation if isinstance(operation, str) else "unknown"
+        if (cap, op) not in _OPERATIONS or not isinstance(args, Mapping):
+            reason = (
+                DenyReason.UNKNOWN_CAPABILITY
+                if cap not in _CAPABILITIES
+                else DenyReason.MALFORMED_PAYLOAD
+            )
+            self._denied(self._checker.deny(cap, reason), cap, op, started)
+        assert isinstance(args, Mapping)
+        try:
+            decision, call = self._decide(cap, op, args, handler)
+        except _Malformed:
+            decision, call = self._checker.deny(cap, DenyReason.MALFORMED_PAYLOAD), None
+        if isinstance(decision, Deny):
+            self._denied(decision, cap, op, started)
+        assert isinstance(decision, Allow) and call is not None
+        return started, cap, op, decision, call
+
+    def _adapter_failed(
+        self, cap: str, op: str, decision: Allow, started: float, exc: Exception
+    ) -> SuaveplanError:
+        _log.warning("adapter %s.%s failed for plugin %s", cap, op, self.plugin, exc_info=exc)
+        self._finish(cap, op, decision, started, outcome="error", code="SAND_ADAPTER_FAILED")
+        return SuaveplanError(
+            "SAND_ADAPTER_FAILED",
+            f"the host's {cap} adapter failed",
+            {"capability": cap, "operation": op},
+        )
+
+    def _method(self, call: _AdapterCall) -> Callable[..., object]:
+        method: Callable[..., object] = getattr(self._adapter(call.capability), call.method)
+        return method
+
+    async def _invoke(self, call: _AdapterCall) -> object:
+        raw = self._method(call)(*call.args, **call.kwargs)
+        if inspect.isawaitable(raw):
+            raw = await raw
+        return call.shape(raw)
+
+    async def _finish_awaitable(self, raw: Awaitable[object], call: _AdapterCall) -> object:
+        return call.shape(await raw)
+
+    def _run_sync(self, call: _AdapterCall, run_coroutine: RunCoroutine | None) -> object:
+        method = self._method(call)
+        if inspect.iscoroutinefunction(method):
+            if run_coroutine is None:
+                raise _NeedsLoop
+            return run_coroutine(self._run(self._invoke(call)))
+        raw = method(*call.args, **call.kwargs)
+        if inspect.isawaitable(raw):
+            if run_coroutine is None:
+                if inspect.iscoroutine(raw):
+                    raw.close()
+                raise _NeedsLoop
+            return run_coroutine(self._run(self._finish_awaitable(raw, call)))
+        result = call.shape(raw)
+        if self._closed:
+            if isinstance(result, socket.socket):
+                result.close()
+            raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
+        return result
+
+    async def _run(self, work: Coroutine[Any, Any, object]) -> object:
+        fut: asyncio.Future[object] = asyncio.ensure_future(work)
         self._inflight.add(fut)
         try:
             return await fut
@@ -245,7 +359,7 @@ class Gateway:
         op: str,
         args: Mapping[object, object],
         handler: EventHandler | None,
-    ) -> tuple[Allow | Deny, Callable[[], Awaitable[object]] | None]:
+    ) -> tuple[Allow | Deny, _AdapterCall | None]:
         checker = self._checker
         if cap == "fs":
             mode = "write" if op == "write_bytes" else "read"
@@ -292,9 +406,7 @@ class Gateway:
             raise _Malformed
         return e_decision, self._subscribe_call(topic, handler)
 
-    def _fs_call(
-        self, op: str, decision: Allow, args: Mapping[object, object]
-    ) -> Callable[[], Awaitable[object]]:
+    def _fs_call(self, op: str, decision: Allow, args: Mapping[object, object]) -> _AdapterCall:
         path = decision.target or ""
         if op == "write_bytes":
             data = args.get("data")
@@ -306,40 +418,18 @@ class Gateway:
                 raise SuaveplanError(
                     "SAND_FS_TOO_LARGE", "write exceeds the size limit", {"limit": self._max_write}
                 )
-            payload = data
-
-            async def write() -> object:
-                fs = self._adapter("fs")
-                await fs.write_bytes(path, payload)  # type: ignore[attr-defined]
-                return None
-
-            return write
+            return _AdapterCall("fs", "write_bytes", (path, data), shape=_none)
         if op == "read_bytes":
             limit = args.get("max_bytes", self._max_read)
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                 raise _Malformed
             limit = min(limit, self._max_read)
+            return _AdapterCall("fs", "read_bytes", (path,), {"max_bytes": limit})
+        if op == "list_dir":
+            return _AdapterCall("fs", "list_dir", (path,), shape=_sorted_names)
+        return _AdapterCall("fs", "exists", (path,))
 
-            async def read() -> object:
-                fs = self._adapter("fs")
-                data: bytes = await fs.read_bytes(path, max_bytes=limit)  # type: ignore[attr-defined]
-                return data
-
-            return read
-
-        async def other() -> object:
-            fs = self._adapter("fs")
-            if op == "list_dir":
-                names: list[str] = await fs.list_dir(path)  # type: ignore[attr-defined]
-                return sorted(names)
-            found: bool = await fs.exists(path)  # type: ignore[attr-defined]
-            return found
-
-        return other
-
-    def _fetch_call(
-        self, decision: Allow, args: Mapping[object, object]
-    ) -> Callable[[], Awaitable[object]]:
+    def _fetch_call(self, decision: Allow, args: Mapping[object, object]) -> _AdapterCall:
         method = args.get("method", "GET")
         headers = args.get("headers", [])
         body = args.get("body", b"")
@@ -369,72 +459,53 @@ class Gateway:
             body=body,
             rule=decision.rule or "",
         )
+        return _AdapterCall("fetch", "request", (request,), shape=_http_response)
 
-        async def fetch() -> object:
-            adapter = self._adapter("fetch")
-            response: HttpResponse = await adapter.request(request)  # type: ignore[attr-defined]
-            return {
-                "status": response.status,
-                "headers": [list(h) for h in response.headers],
-                "body": response.body,
-            }
+    def _connect_call(self, host: str, port: int, decision: Allow) -> _AdapterCall:
+        return _AdapterCall("fetch", "connect", (host, port), {"rule": decision.rule or ""})
 
-        return fetch
-
-    def _connect_call(
-        self, host: str, port: int, decision: Allow
-    ) -> Callable[[], Awaitable[object]]:
-        async def connect() -> object:
-            adapter = self._adapter("fetch")
-            sock: socket.socket = await adapter.connect(  # type: ignore[attr-defined]
-                host, port, rule=decision.rule or ""
-            )
-            return sock
-
-        return connect
-
-    def _db_call(self, decision: Allow, params: object) -> Callable[[], Awaitable[object]]:
+    def _db_call(self, decision: Allow, params: object) -> _AdapterCall:
         if isinstance(params, tuple):
             params = list(params)
         if not isinstance(params, list) or len(params) > _MAX_PARAMS:
             raise _Malformed
         bound: Sequence[WireValue] = list(params)
         sql = decision.target or ""
+        return _AdapterCall("db", "query", (sql, bound), shape=_query_result)
 
-        async def query() -> object:
-            adapter = self._adapter("db")
-            result: QueryResult = await adapter.query(sql, bound)  # type: ignore[attr-defined]
-            return {
-                "columns": list(result.columns),
-                "rows": [list(r) for r in result.rows],
-                "rowcount": result.rowcount,
-            }
+    def _secret_call(self, name: str) -> _AdapterCall:
+        return _AdapterCall("secrets", "get", (name,))
 
-        return query
+    def _publish_call(self, topic: str, payload: object) -> _AdapterCall:
+        return _AdapterCall("events", "publish", (self.plugin, topic, payload), shape=_none)
 
-    def _secret_call(self, name: str) -> Callable[[], Awaitable[object]]:
-        async def get() -> object:
-            adapter = self._adapter("secrets")
-            value: str = await adapter.get(name)  # type: ignore[attr-defined]
-            return value
-
-        return get
-
-    def _publish_call(self, topic: str, payload: object) -> Callable[[], Awaitable[object]]:
-        async def publish() -> object:
-            adapter = self._adapter("events")
-            await adapter.publish(self.plugin, topic, payload)  # type: ignore[attr-defined]
-            return None
-
-        return publish
-
-    def _subscribe_call(self, topic: str, handler: EventHandler) -> Callable[[], Awaitable[object]]:
-        async def subscribe() -> object:
-            adapter = self._adapter("events")
-            sub: Subscription = await adapter.subscribe(  # type: ignore[attr-defined]
-                self.plugin, topic, handler
-            )
+    def _subscribe_call(self, topic: str, handler: EventHandler) -> _AdapterCall:
+        def keep(sub: Subscription) -> object:
             self._subscriptions.append(sub)
             return None
 
-        return subscribe
+        return _AdapterCall("events", "subscribe", (self.plugin, topic, handler), shape=keep)
+
+
+def _none(_raw: object) -> object:
+    return None
+
+
+def _sorted_names(names: list[str]) -> object:
+    return sorted(names)
+
+
+def _http_response(response: HttpResponse) -> object:
+    return {
+        "status": response.status,
+        "headers": [list(h) for h in response.headers],
+        "body": response.body,
+    }
+
+
+def _query_result(result: QueryResult) -> object:
+    return {
+        "columns": list(result.columns),
+        "rows": [list(r) for r in result.rows],
+        "rowcount": result.rowcount,
+    }
