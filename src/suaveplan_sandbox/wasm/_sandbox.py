@@ -8,9 +8,10 @@ Theory of operation. Lifecycle table:
 | running  | serialised behind a lock      | cancels host calls |
 | disposed | SAND_WASM_DISPOSED            | no-op              |
 
-The guest runs in a per-sandbox worker thread so host imports can block on the event loop:
-each `suaveplan.*` import submits `gateway.dispatch(...)` to the loop with
-`run_coroutine_threadsafe` — there is no second permission path. `dispose()` closes the
+The guest runs in a per-sandbox worker thread so host imports can block: each `suaveplan.*`
+import calls `gateway.dispatch_sync(...)` on the guest thread — the same admission, audit
+and metrics as `dispatch`, there is no second permission path — and only an async adapter
+is awaited on the event loop (`run_coroutine_threadsafe`). `dispose()` closes the
 gateway (in-flight adapter calls are cancelled and later imports get `CANCELED`), drops the
 store, instance and sockets, and closes the preopen descriptors by dropping the store.
 """
@@ -23,7 +24,7 @@ import math
 import socket
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, final
@@ -397,12 +398,21 @@ class WasmSandbox:
     # -- host imports ------------------------------------------------------------------------
 
     def _dispatch(self, capability: str, operation: str, args: dict[str, object]) -> object:
-        """Blocking gateway call from the guest thread. Raises SuaveplanError."""
+        """Gateway call from the guest thread. Raises SuaveplanError.
+
+        The decision (and a synchronous adapter) runs right here on the guest thread; only an
+        async adapter makes the guest wait for the event loop.
+        """
         if self._disposed or self._gateway.closed:
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
-        fut = asyncio.run_coroutine_threadsafe(
-            self._gateway.dispatch(capability, operation, args), self._loop
-        )
+        return self._gateway.dispatch_sync(capability, operation, args, run_coroutine=self._on_loop)
+
+    def _on_loop(self, coro: Coroutine[Any, Any, object]) -> object:
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop is closed: the host is gone
+            coro.close()
+            raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed") from None
         try:
             return fut.result()
         except concurrent.futures.CancelledError:
