@@ -11,6 +11,11 @@ Writes are atomic: a temp file in the same directory (through the directory fd),
 `rename` over the target, then `fsync` of the directory. A writer killed at any point leaves
 either the old file or the new one, never a mix. Renaming over a symlink replaces the link
 itself; its target is never written.
+
+A write whose awaiting task is cancelled (the gateway cancels in-flight calls when a sandbox
+crashes or is disposed) cannot stop its thread, so the thread asks its `_WriteTicket` before
+the rename: once cancelled, the rename never happens. Without this a killed guest's write
+could land after a later, acknowledged write to the same file and silently replace it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import errno
 import os
 import secrets
 import stat
+import threading
 from pathlib import Path
 from typing import Final, NoReturn, final
 
@@ -70,6 +76,21 @@ def _translate(exc: OSError) -> NoReturn:
     if exc.errno in (errno.ENOTDIR, errno.EISDIR):
         _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected, or the reverse", exc)
     _raise("SAND_FS_IO_ERROR", f"the operating system refused the operation ({exc.strerror})", exc)
+
+
+@final
+class _WriteTicket:
+    """Cancellation for one write's thread: rename and cancel exclude each other."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        # Waits at most for one rename in progress; after it returns the rename has either
+        # happened already or never will.
+        with self.lock:
+            self.cancelled = True
 
 
 def _components(path: str) -> list[str]:
@@ -224,7 +245,7 @@ class BeneathRootFs:
         except OSError as exc:
             _translate(exc)
 
-    def _write_sync(self, path: str, data: bytes) -> None:
+    def _write_sync(self, path: str, data: bytes, ticket: _WriteTicket | None = None) -> None:
         if len(data) > self.max_write_bytes:
             _raise(
                 "SAND_FS_TOO_LARGE",
@@ -254,7 +275,10 @@ class BeneathRootFs:
                         os.fsync(fd)
                     finally:
                         os.close(fd)
-                    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    with ticket.lock if ticket is not None else contextlib.nullcontext():
+                        if ticket is not None and ticket.cancelled:
+                            _raise("SAND_CANCELLED", "the write was cancelled")
+                        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
                 except BaseException:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp, dir_fd=dfd)
@@ -302,7 +326,12 @@ class BeneathRootFs:
         return await asyncio.to_thread(self._read_sync, path, max_bytes)
 
     async def write_bytes(self, path: str, data: bytes) -> None:
-        await asyncio.to_thread(self._write_sync, path, bytes(data))
+        ticket = _WriteTicket()
+        try:
+            await asyncio.to_thread(self._write_sync, path, bytes(data), ticket)
+        except asyncio.CancelledError:
+            ticket.cancel()
+            raise
 
     async def list_dir(self, path: str) -> list[str]:
         return await asyncio.to_thread(self._list_sync, path)
