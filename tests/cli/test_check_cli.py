@@ -92,6 +92,14 @@ def test_demo_explains_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert "invoice-summary" in out
     assert "path-not-in-allowlist" in out
+    # each example really ran: the VM plugin, the WASI module and the web host
+    assert "try_to_escape() refused: SAND_PERM_DENIED" in out
+    assert "WASI module exited 0" in out and "read private: refused" in out
+    assert "-> 200 result 7" in out
+    assert "-> 403 SAND_PERM_DENIED" in out
+    assert "-> 429 BUDGET_EXCEEDED" in out
+    assert "-> 400 SAND_MANIFEST_INVALID at permissions.fs[0]" in out
+    assert 'plugin_budget_exceeded_total{budget="wallClockMs",plugin="word-count"} 1.0' in out
 
 
 def test_run_calls_a_python_plugin_and_prints_json(

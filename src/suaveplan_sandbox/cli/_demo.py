@@ -1,8 +1,10 @@
 """`make run`: for every example, show what its manifest allows and refuses, and why.
 
-Each example folder holds `manifest.toml` and `requests.json` — a list of
-`{"capability", "payload"}` requests a plugin might make. The demo prints each decision,
-the reason and the matching rule, so a newcomer sees the permission model at work.
+Each plugin example folder holds `manifest.toml` and `requests.json` — a list of
+`{"capability", "payload"}` requests a plugin might make; the demo prints each decision, the
+reason and the matching rule, so a newcomer sees the permission model at work, then runs the
+plugin. A host example (`app.py`, no manifest) is started on loopback and sent the `/run`
+bodies in its `requests.json`.
 """
 
 from __future__ import annotations
@@ -67,4 +69,10 @@ def run_demo(examples: Path) -> int:
         except SuaveplanError as exc:
             console.print(f"[red]{folder.name}: {exc.code}: {exc.message}")
             status = 2
+    from suaveplan_sandbox.cli._demo_runs import run_asgi_example
+
+    # Host examples: an `app.py` serving plugins, with the requests to post in `requests.json`.
+    for app in sorted(examples.glob("*/app.py")):
+        if (app.parent / "requests.json").exists():
+            status |= run_asgi_example(app.parent, console)
     return status

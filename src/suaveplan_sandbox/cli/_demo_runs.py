@@ -1,12 +1,17 @@
-"""Run the example plugins for real: the Python one in the VM host, the WASM one in wasmtime.
+"""Run the examples for real: the Python plugin in the VM host, the WASM one in wasmtime, and
+the web host (`asgi_host`) as a loopback server driven over HTTP.
 
 Each run works on a scratch copy of the example folder, so `make run` never changes the repo.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from rich.console import Console
@@ -80,3 +85,73 @@ async def run_wasm_example(folder: Path, console: Console) -> int:
             console.print(f"  wrote output/result.txt: {written.read_text().strip()}")
         console.print(f"  host-side denials recorded: {denials}\n")
         return 0 if result.exit_code == 0 else 1
+
+
+def _wait_for_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    line: list[str] = []
+    reader = threading.Thread(
+        target=lambda: line.append(proc.stdout.readline() if proc.stdout else ""), daemon=True
+    )
+    reader.start()
+    reader.join(timeout)
+    return line[0] if line else ""
+
+
+def _outcome(data: dict[str, object]) -> str:
+    error = data.get("error")
+    if not isinstance(error, dict):
+        return f"result {json.dumps(data.get('result'))}"
+    details = error.get("details")
+    if isinstance(details, dict) and isinstance(details.get("errors"), list):
+        paths = [e.get("path") for e in details["errors"] if isinstance(e, dict)]
+        return f"{error.get('code')} at {', '.join(map(str, paths))}"
+    return f"{error.get('code')} {json.dumps(details, sort_keys=True)}"
+
+
+def run_asgi_example(folder: Path, console: Console) -> int:
+    """Start the example web host on loopback, post its `requests.json`, show the answers."""
+    import httpx
+
+    plugin = (folder / "sample_plugin.py").read_text()
+    requests = json.loads((folder / "requests.json").read_text())
+    proc = subprocess.Popen(  # noqa: S603 - our own interpreter on our own example
+        [sys.executable, str(folder / "app.py"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready = _wait_for_line(proc, timeout=60)
+        if not ready.startswith("listening on http://127.0.0.1:"):
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            console.print(f"[red]{folder.name}: the host did not start: {last}")
+            console.print("  (it needs the `examples` extra: pip install -e '.[examples]')\n")
+            return 1
+        base = ready.split()[-1]
+        console.print(f"[bold]{folder.name}[/]: Starlette host listening on {base}")
+        with httpx.Client(base_url=base, timeout=60) as client:
+            for item in requests:
+                body = {k: v for k, v in item.items() if k != "title"}
+                reply = client.post("/run", json={**body, "plugin": plugin})
+                data = reply.json()
+                console.print(f"  POST /run {item['title']}", markup=False)
+                console.print(
+                    f"    -> {reply.status_code} {_outcome(data)}", markup=False, soft_wrap=True
+                )
+            metrics = client.get("/metrics").text
+        console.print("  GET /metrics (non-zero plugin counters):")
+        for line in metrics.splitlines():
+            if line.startswith("plugin_") and "_total{" in line and not line.endswith(" 0.0"):
+                console.print(f"  | {line}", markup=False, soft_wrap=True)
+        console.print()
+        return 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
