@@ -9,6 +9,7 @@ import math
 import os
 import pickle
 import resource
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from suaveplan_sandbox.vm._hardening import (
     HardeningReport,
     RlimitSettings,
     apply_hardening,
+    arm_cpu_backstop,
+    cpu_backstop_seconds,
     prepare_hardening,
     probe_hardening,
 )
@@ -40,6 +43,7 @@ def _in_hardened_child(
     body: Callable[[HardeningReport], dict[str, object]],
     force: frozenset[str] = frozenset(),
     require: tuple[str, ...] = (),
+    before: Callable[[], None] | None = None,
 ) -> dict[str, object]:
     plan = prepare_hardening(_LIMITS, _force_unavailable=force)
     canary = os.open(os.devnull, os.O_RDONLY)
@@ -52,6 +56,8 @@ def _in_hardened_child(
             os.close(r)
             out: dict[str, object]
             try:
+                if before is not None:
+                    before()
                 report = apply_hardening(plan, keep_fds=[w], require=require)
                 out = {"report": report.to_wire(), "canary": canary, **body(report)}
             except SuaveplanError as exc:
@@ -96,6 +102,8 @@ def _probes(_: HardeningReport) -> dict[str, object]:
         "nproc": resource.getrlimit(resource.RLIMIT_NPROC),
         "core": resource.getrlimit(resource.RLIMIT_CORE),
         "cpu": resource.getrlimit(resource.RLIMIT_CPU),
+        "cpu_used": resource.getrusage(resource.RUSAGE_SELF).ru_utime
+        + resource.getrusage(resource.RUSAGE_SELF).ru_stime,
         "nnp": libc.prctl(39, 0, 0, 0, 0),
         "ptrace": libc.ptrace(16, os.getppid(), 0, 0) == -1 and ctypes.get_errno(),
         "thread": th_ran,
@@ -147,10 +155,97 @@ def test_unkept_fds_are_closed(hardened: dict[str, object]) -> None:
 def test_rlimits_and_no_new_privs_read_back(hardened: dict[str, object]) -> None:
     assert hardened["nofile"] == (64, 64)
     assert hardened["fsize"] == (0, 0)
-    assert hardened["nproc"] == (0, 0)
+    # seccomp refuses new processes, so RLIMIT_NPROC is left as inherited (it would also
+    # refuse threads to a non-root worker); see the fallback test below.
+    assert hardened["nproc"] == resource.getrlimit(resource.RLIMIT_NPROC)
     assert hardened["core"] == (0, 0)
-    assert hardened["cpu"] == (30, 30)
+    # Per-call CPU backstop: soft = CPU used so far (rounded up) + 30 s, hard movable.
+    soft, hard = hardened["cpu"]  # type: ignore[misc]
+    assert hard == resource.RLIM_INFINITY
+    assert 30 <= soft <= math.ceil(hardened["cpu_used"]) + 30  # type: ignore[call-overload]
     assert hardened["nnp"] == 1
+
+
+def test_without_seccomp_rlimit_nproc_zero_is_the_process_backstop() -> None:
+    out = _in_hardened_child(
+        lambda _: {
+            "nproc": resource.getrlimit(resource.RLIMIT_NPROC),
+            "fork": _errno_of(os.fork) if os.getuid() != 0 else "root-ignores-nproc",
+        },
+        force=frozenset({"seccomp"}),
+    )
+    assert out["nproc"] == (0, 0)
+    assert "seccomp" in HardeningReport.from_wire(out["report"]).missing
+    if os.getuid() != 0:
+        assert out["fork"] == errno.EAGAIN
+
+
+def _drop_to_nobody() -> None:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def test_threads_work_for_a_non_root_worker_under_seccomp() -> None:
+    # RLIMIT_NPROC is enforced for non-root only: a worker running as `nobody` (dropped to
+    # when this suite runs as root; otherwise it already is non-root) must still start
+    # threads (seccomp, not NPROC, is what refuses processes) and still not fork.
+    uid = 65534 if os.getuid() == 0 else os.getuid()
+    def body(_: HardeningReport) -> dict[str, object]:
+        ran: list[int] = []
+        t = threading.Thread(target=lambda: ran.append(os.getuid()))
+        t.start()
+        t.join()
+        return {"ran": ran, "fork": _errno_of(os.fork)}
+
+    out = _in_hardened_child(body, before=_drop_to_nobody if os.getuid() == 0 else None)
+    assert "seccomp" in HardeningReport.from_wire(out["report"]).active
+    assert out["ran"] == [uid]
+    assert out["fork"] == errno.EPERM
+
+
+def test_cpu_backstop_seconds_follow_the_wall_clock_budget() -> None:
+    assert cpu_backstop_seconds(None) is None
+    assert cpu_backstop_seconds(1) == 2
+    assert cpu_backstop_seconds(2000) == 3
+    assert cpu_backstop_seconds(2500) == 4
+
+
+def _cpu_now() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _burn(seconds: float) -> None:
+    start = _cpu_now()
+    while _cpu_now() - start < seconds:
+        sum(range(10_000))
+
+
+def test_cpu_backstop_is_rearmed_per_call_and_kills_a_runaway_call() -> None:
+    plan = prepare_hardening(RlimitSettings(address_space_bytes=None, cpu_seconds=1))
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.close(r)
+            apply_hardening(plan, keep_fds=[w])
+            for _ in range(3):  # 3 x 0.6 s > 1 s in total, but each "call" re-arms
+                arm_cpu_backstop()
+                _burn(0.6)
+            os.write(w, b"survived-calls\n")
+            arm_cpu_backstop()
+            _burn(30.0)  # a runaway call: SIGXCPU must end it after about 1-2 s of CPU
+            os.write(w, b"not-killed\n")
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as pipe:
+        said = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert said == b"survived-calls\n", status
+    assert os.WIFSIGNALED(status)
+    assert os.WTERMSIG(status) == signal.SIGXCPU
 
 
 def test_threads_still_work_and_interpreter_is_usable(hardened: dict[str, object]) -> None:

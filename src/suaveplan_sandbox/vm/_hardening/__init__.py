@@ -6,6 +6,9 @@ from suaveplan_sandbox.vm._hardening._apply import (
     HardeningReport,
     RlimitSettings,
     apply_hardening,
+    arm_cpu_backstop,
+    cpu_backstop_seconds,
+    hardening_was_applied,
     prepare_hardening,
     probe_hardening,
 )
@@ -16,6 +19,9 @@ __all__ = [
     "HardeningReport",
     "RlimitSettings",
     "apply_hardening",
+    "arm_cpu_backstop",
+    "cpu_backstop_seconds",
+    "hardening_was_applied",
     "prepare_hardening",
     "probe_hardening",
 ]

@@ -5,15 +5,24 @@ Hand-written raw syscalls via ctypes, because the PyPI `landlock` package is a p
 not on PyPI. x86_64 Linux only; on anything else the kernel layers are reported missing.
 
 Threads: seccomp allows `clone` only with CLONE_THREAD, so threads work and processes do not;
-`clone3` returns ENOSYS so glibc falls back to `clone`. Note RLIMIT_NPROC=0 (the default)
-also blocks thread creation for a non-root worker; root ignores it. Signals to other
-processes are blocked by Landlock scoped signals when the ABI is >= 6.
+`clone3` returns ENOSYS so glibc falls back to `clone`. RLIMIT_NPROC counts threads too (per
+real uid, and root ignores it), so `RLIMIT_NPROC=0` would block threads for a non-root worker
+only: it is set only when seccomp cannot be applied (then it is the process backstop, and
+threads are blocked as well). Signals to other processes are blocked by Landlock scoped
+signals when the ABI is >= 6.
+
+CPU: RLIMIT_CPU counts a process's whole life, so the backstop is re-armed per call: the soft
+limit is set to the CPU used so far plus `cpu_seconds` (SIGXCPU kills the worker) and the
+hard limit stays unlimited so it can be moved. It only fires if the host's sampling watchdog
+did not end the call first (host stuck or gone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import math
 import os
 import platform
 import resource
@@ -133,10 +142,21 @@ def build_seccomp_program() -> bytes:
     return b"".join(prog)
 
 
+def cpu_backstop_seconds(wall_clock_ms: int | float | None) -> int | None:
+    """Per-call RLIMIT_CPU backstop for a wallClockMs budget: one core for the whole budget
+    plus a second, so it never fires before the host's watchdog would; None without one."""
+    if wall_clock_ms is None:
+        return None
+    return math.ceil(wall_clock_ms / 1000) + 1
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RlimitSettings:
-    """Backstop rlimits; `None` means leave that limit unlimited."""
+    """Backstop rlimits; `None` means leave that limit unlimited.
+
+    `cpu_seconds` is per call (see `arm_cpu_backstop`), not per worker lifetime.
+    """
 
     address_space_bytes: int | None
     cpu_seconds: int | None
@@ -275,21 +295,56 @@ def _clear_env() -> None:
         raise _LayerFailed("clearenv failed")
 
 
-def _set_rlimits(r: RlimitSettings) -> None:
+_cpu_backstop: int | None = None
+_applied = False
+
+
+def hardening_was_applied() -> bool:
+    """True in a process that ran `apply_hardening` (a worker), never in the host."""
+    return _applied
+
+
+def arm_cpu_backstop() -> None:
+    """Re-arm the per-call RLIMIT_CPU backstop (soft limit = CPU used + budget); no-op
+    outside a hardened worker or without a wallClockMs budget."""
+    if _cpu_backstop is None:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = math.ceil(usage.ru_utime + usage.ru_stime)
+    with contextlib.suppress(OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_CPU, (used + _cpu_backstop, resource.RLIM_INFINITY))
+
+
+def _set_rlimit(which: int, value: int) -> None:
+    try:
+        resource.setrlimit(which, (value, value))
+    except (OSError, ValueError) as exc:
+        raise _LayerFailed(f"setrlimit {which}: {exc}") from exc
+
+
+def _set_rlimits(r: RlimitSettings, *, nproc: bool) -> None:
+    global _cpu_backstop  # noqa: PLW0603 - per worker process
     inf = resource.RLIM_INFINITY
-    limits = (
+    limits = [
         (resource.RLIMIT_AS, inf if r.address_space_bytes is None else r.address_space_bytes),
-        (resource.RLIMIT_CPU, inf if r.cpu_seconds is None else r.cpu_seconds),
         (resource.RLIMIT_NOFILE, r.open_files),
         (resource.RLIMIT_FSIZE, r.file_size_bytes),
-        (resource.RLIMIT_NPROC, r.processes),
         (resource.RLIMIT_CORE, r.core_bytes),
-    )
+    ]
+    if nproc:
+        limits.append((resource.RLIMIT_NPROC, r.processes))
     for which, value in limits:
+        _set_rlimit(which, value)
+    if r.cpu_seconds is None:
+        _set_rlimit(resource.RLIMIT_CPU, inf)
+    else:
+        if r.cpu_seconds <= 0:
+            raise _LayerFailed("cpu_seconds must be positive")
+        _cpu_backstop = r.cpu_seconds
         try:
-            resource.setrlimit(which, (value, value))
+            arm_cpu_backstop()
         except (OSError, ValueError) as exc:
-            raise _LayerFailed(f"setrlimit {which}: {exc}") from exc
+            raise _LayerFailed(f"setrlimit RLIMIT_CPU: {exc}") from exc
 
 
 def _prctl(option: int, arg2: int, arg3: int | ctypes.c_void_p = 0) -> None:
@@ -368,9 +423,11 @@ def apply_hardening(
     hardened and must exit (`os._exit`), never run plugin code. Import everything the worker
     needs before calling: once Landlock is active no file can be opened.
     """
+    global _applied  # noqa: PLW0603 - marks this process as a worker
     for name in require:
         if name not in LAYERS:
             raise ValueError(f"unknown hardening layer {name!r}")
+    _applied = True
     active: list[str] = []
     missing: dict[str, str] = {}
     abi = plan.landlock_abi
@@ -396,7 +453,11 @@ def apply_hardening(
 
     run("fds", None, lambda: _close_fds(keep_fds))
     run("env", None, _clear_env)
-    run("rlimits", None, lambda: _set_rlimits(rlimits or plan.rlimits))
+    # With seccomp refusing fork/vfork/clone-without-CLONE_THREAD, RLIMIT_NPROC is not needed
+    # for processes; left alone it does not block threads for a non-root worker.
+    seccomp_planned = plan.seccomp_program is not None and "seccomp" not in plan.unavailable
+    limits = rlimits or plan.rlimits
+    run("rlimits", None, lambda: _set_rlimits(limits, nproc=not seccomp_planned))
     run("no_new_privs", None, lambda: _prctl(_PR_SET_NO_NEW_PRIVS, 1))
     net_ok = abi is not None and abi >= 4 and "landlock_net" not in plan.unavailable
     if abi is None:
@@ -415,4 +476,17 @@ def apply_hardening(
     run("landlock_net", net_why, lambda: None)
     sec_why = plan.seccomp_why if plan.seccomp_program is None else None
     run("seccomp", sec_why, lambda: _seccomp(plan.seccomp_program or b""))
+    if seccomp_planned and "seccomp" not in active and "rlimits" in active:
+        # seccomp was expected but failed: fall back to RLIMIT_NPROC as the process backstop.
+        try:
+            _set_rlimit(resource.RLIMIT_NPROC, limits.processes)
+        except _LayerFailed as exc:
+            active.remove("rlimits")
+            missing["rlimits"] = str(exc)
+            if "rlimits" in require:
+                raise SuaveplanError(
+                    "SAND_VM_HARDENING_UNAVAILABLE",
+                    "required hardening layer rlimits is unavailable",
+                    {"layer": "rlimits", "why": str(exc)},
+                ) from None
     return HardeningReport(active=tuple(active), missing=missing, landlock_abi=abi)
