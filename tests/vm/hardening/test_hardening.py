@@ -160,9 +160,12 @@ def test_rlimits_and_no_new_privs_read_back(hardened: dict[str, object]) -> None
     assert hardened["nproc"] == resource.getrlimit(resource.RLIMIT_NPROC)
     assert hardened["core"] == (0, 0)
     # Per-call CPU backstop: soft = CPU used so far (rounded up) + 30 s, hard movable.
-    soft, hard = hardened["cpu"]  # type: ignore[misc]
+    cpu = hardened["cpu"]
+    used = hardened["cpu_used"]
+    assert isinstance(cpu, tuple) and isinstance(used, float)
+    soft, hard = cpu
     assert hard == resource.RLIM_INFINITY
-    assert 30 <= soft <= math.ceil(hardened["cpu_used"]) + 30  # type: ignore[call-overload]
+    assert 30 <= soft <= math.ceil(used) + 30
     assert hardened["nnp"] == 1
 
 
