@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import threading
@@ -110,7 +111,13 @@ class Resources:
 
 
 def resources() -> Resources:
-    """Open fds, live (non-zombie) descendants, and threads other than the default pool."""
+    """Open fds, live (non-zombie) descendants, and threads other than the default pool.
+
+    Collects garbage first: a disposed WASM store caught in a reference cycle (an adapter
+    exception's traceback holds the guest thread's frame) keeps its preopen fds until the
+    cyclic collector runs. That is late release, not a leak; a leak survives a collection.
+    """
+    gc.collect()
     fork_server().ping()  # collects the fork server's exit notices
     live = 0
     for child in psutil.Process().children(recursive=True):
