@@ -74,8 +74,10 @@ def test_validate_reports_field_paths_and_broad_grant_warnings(
     code, out, _ = _run(capsys, "validate", "--json", str(broad))
     assert code == 0
     warnings = json.loads(out)["warnings"]
-    assert any("permissions.fs[0]" in w for w in warnings)
-    assert any("permissions.fetch[0]" in w for w in warnings)
+    assert [(w["path"], w["rule"]) for w in warnings] == [
+        ("permissions.fs[0]", "./*"),
+        ("permissions.fetch[0]", "*.com"),
+    ]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"name": "p", "permissions": {"fetch": ["ok.com", "bad/path"]}}))
     code, _, err = _run(capsys, "validate", str(bad))
@@ -181,3 +183,160 @@ def test_run_root_overrides_the_manifests_folder(
     assert json.loads(out)["result"]["exit_code"] == 0
     assert (tmp_path / "output" / "result.txt").read_text() == "sum=42\n"
     assert not (example / "output" / "result.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("section", "rule", "message"),
+    [
+        ("fs", "./*", "grants the whole plugin root"),
+        ("fs", "rw:./*", "grants the whole plugin root"),
+        ("fs", "*", "grants the whole plugin root"),
+        ("fs", "./**", "grants the whole plugin root"),
+        ("fs", "./*.json", "matches files anywhere beneath the plugin root"),
+        ("fs", "./uploads/*", None),
+        ("fs", "./config.json", None),
+        ("fetch", "*.com", "grants every host under a public suffix"),
+        ("fetch", "*.co.uk", "grants every host under a public suffix"),
+        ("fetch", "*.example.co.uk", None),
+        ("fetch", "*.example.com", None),
+        ("fetch", "http:api.example.com", "allows unencrypted http"),
+        ("fetch", "10.0.0.7", "names a private or loopback address"),
+        ("fetch", "[::1]:8080", "names a private or loopback address"),
+        ("fetch", "93.184.216.34", None),
+        ("fetch", "api.stripe.com", None),
+        ("publishes", "*", "grants every topic"),
+        ("subscribes", "*.*", "grants every topic"),
+        ("subscribes", "payment.*", None),
+    ],
+)
+def test_validate_warns_about_broad_grants_and_only_those(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, rule: str, message: str | None
+) -> None:
+    manifest: dict[str, object] = {"name": "p"}
+    if section in ("fs", "fetch"):
+        manifest["permissions"] = {section: [rule]}
+        path = f"permissions.{section}[0]"
+    else:
+        manifest["events"] = {section: [rule]}
+        path = f"events.{section}[0]"
+    file = tmp_path / "m.json"
+    file.write_text(json.dumps(manifest))
+    code, out, _ = _run(capsys, "validate", "--json", str(file))
+    assert code == 0, out
+    warnings = json.loads(out)["warnings"]
+    if message is None:
+        assert warnings == []
+    else:
+        assert [w["path"] for w in warnings] == [path]
+        assert warnings[0]["rule"] == rule
+        assert warnings[0]["message"].startswith(message)
+
+
+def test_an_empty_table_prefix_is_an_error_not_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "m.json"
+    file.write_text(json.dumps({"name": "p", "database": {"tablePrefix": ""}}))
+    code, out, _ = _run(capsys, "validate", "--json", str(file))
+    assert code == 2
+    errors = json.loads(out)["error"]["details"]["errors"]
+    assert [e["path"] for e in errors] == ["database.tablePrefix"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--json", "--manifest", str(EXAMPLE), "fs"],
+        ["run", str(EXAMPLE.parent / "plugin.py"), "--manifest", str(EXAMPLE), "--json"],
+        [
+            "run",
+            str(EXAMPLE.parent / "plugin.py"),
+            "--manifest",
+            str(EXAMPLE),
+            "--call",
+            "x",
+            "--args",
+            "{",
+            "--json",
+        ],
+        ["validate", "--json", "--no-such-option", str(EXAMPLE)],
+        ["conformance", "--host", "no_such_module_here:X", "--json"],
+    ],
+)
+def test_usage_errors_are_json_under_json(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, out, _ = _run(capsys, *argv)
+    assert code == 2
+    error = json.loads(out)["error"]
+    assert error["code"] == "SAND_INVALID_ARGUMENT"
+    assert error["message"]
+
+
+def test_debug_shows_the_traceback_of_a_coded_error_and_plain_mode_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "m.toml"
+    bad.write_text("not toml [")
+    code, _, err = _run(capsys, "check", "--manifest", str(bad), "fs", "x")
+    assert code == 2
+    assert err.strip().splitlines() == [err.strip()]  # one line
+    assert err.startswith("error SAND_MANIFEST_INVALID:")
+    code, _, err = _run(capsys, "--debug", "check", "--manifest", str(bad), "fs", "x")
+    assert code == 2
+    assert "Traceback (most recent call last)" in err
+    assert "load_manifest" in err
+    assert err.strip().splitlines()[-1].startswith("error SAND_MANIFEST_INVALID:")
+
+
+def test_an_internal_error_is_one_line_and_exit_three_unless_debug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from suaveplan_sandbox.cli import _main
+
+    def explode(*_args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(_main, "_decide", explode)
+    argv = ["check", "--manifest", str(EXAMPLE), "fs", "./uploads/a.csv"]
+    code, _, err = _run(capsys, *argv)
+    assert code == 3
+    assert err.strip() == "internal error: RuntimeError: boom (rerun with --debug)"
+    code, out, _ = _run(capsys, *argv, "--json")
+    assert code == 3
+    assert json.loads(out) == {"internal_error": {"type": "RuntimeError", "message": "boom"}}
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["--debug", *argv])
+
+
+def test_reference_check_reports_stale_pages_and_writing_fixes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "reference", "--check", "--json", str(tmp_path))
+    assert code == 1
+    assert sorted(Path(p).name for p in json.loads(out)["stale"]) == [
+        "error-codes.md",
+        "metrics.md",
+    ]
+    code, out, _ = _run(capsys, "reference", "--json", str(tmp_path))
+    assert code == 0
+    assert len(json.loads(out)["written"]) == 2
+    assert _run(capsys, "reference", "--check", str(tmp_path))[0] == 0
+    (tmp_path / "reference" / "metrics.md").write_text("hand edited\n")
+    code, out, _ = _run(capsys, "reference", "--check", str(tmp_path))
+    assert code == 1
+    assert "metrics.md" in out
+
+
+def test_the_committed_reference_pages_are_current(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(capsys, "reference", "--check", str(EXAMPLE.parents[2] / "docs"))[0] == 0
+
+
+def test_demo_json_lists_each_examples_decisions(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "demo", "--json", str(EXAMPLE.parents[1]))
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) == {"invoices", "wasm"}
+    private = {"capability": "fs", "payload": {"path": "./private/notes.txt"}}
+    assert {**private, "decision": "deny", "reason": "path-not-in-allowlist"} in data["wasm"]
+    assert all(row["decision"] in ("allow", "deny") for rows in data.values() for row in rows)

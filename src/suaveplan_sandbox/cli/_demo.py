@@ -25,6 +25,26 @@ def _describe(capability: str, payload: dict[str, object]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in payload.items()) or capability
 
 
+def demo_decisions(examples: Path) -> dict[str, list[dict[str, object]]]:
+    """`demo --json`: each example's requests with their decisions (no plugin is run)."""
+    out: dict[str, list[dict[str, object]]] = {}
+    for manifest in sorted(examples.glob("*/manifest.toml")):
+        folder = manifest.parent
+        checker = PermissionChecker(PermissionPolicy.from_manifest(manifest, root=folder))
+        requests_file = folder / "requests.json"
+        rows: list[dict[str, object]] = []
+        for item in json.loads(requests_file.read_text()) if requests_file.exists() else []:
+            decision = checker.check_capability(item["capability"], item["payload"])
+            row: dict[str, object] = {"capability": item["capability"], "payload": item["payload"]}
+            if isinstance(decision, Allow):
+                row.update(decision="allow", rule=decision.rule)
+            else:
+                row.update(decision="deny", reason=decision.reason.value)
+            rows.append(row)
+        out[folder.name] = rows
+    return out
+
+
 def run_example(folder: Path, console: Console) -> int:
     manifest = folder / "manifest.toml"
     requests_file = folder / "requests.json"

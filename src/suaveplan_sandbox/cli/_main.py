@@ -6,8 +6,10 @@ input (bad manifest, bad arguments), 3 internal error.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,7 +36,20 @@ def _emit(as_json: bool, payload: dict[str, Any], text: str) -> None:
     click.echo(json.dumps(payload, sort_keys=True) if as_json else text)
 
 
+def _debug_enabled() -> bool:
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return bool(isinstance(obj, dict) and obj.get("debug"))
+
+
+def _show_traceback(exc: BaseException) -> None:
+    """With `--debug`, a coded error also shows where it came from (and its causes)."""
+    if _debug_enabled():
+        click.echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
+
+
 def _fail(as_json: bool, exc: SuaveplanError) -> int:
+    _show_traceback(exc)
     if as_json:
         click.echo(json.dumps({"error": exc.to_wire()}, sort_keys=True))
     else:
@@ -143,23 +158,68 @@ def check(  # noqa: PLR0917 — click passes options positionally
 cli.add_command(check, name="explain")
 
 
-def manifest_warnings(path: str) -> list[str]:
-    """Over-broad grants worth a second look (the manifest is still valid)."""
+# Second-level labels under which registrations are public (`*.co.uk` is as broad as `*.com`).
+_PUBLIC_SLDS: Final = frozenset({"ac", "co", "com", "edu", "gov", "ne", "net", "or", "org"})
+
+
+def _broad_suffix(suffix: str) -> bool:
+    labels = suffix.split(".")
+    if len(labels) == 1:
+        return True
+    return len(labels) == 2 and labels[0] in _PUBLIC_SLDS and len(labels[1]) == 2
+
+
+def _rule_host(rule: str) -> str:
+    """The host of a fetch rule without `http:`, port or IPv6 brackets."""
+    host = rule.removeprefix("http:")
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _private_ip(host: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_unspecified
+
+
+def manifest_warnings(path: str) -> list[dict[str, str]]:
+    """Over-broad grants worth a second look (the manifest is still valid).
+
+    Each warning is `{"path": field path, "rule": the rule, "message": why}`. An empty or
+    missing `database.tablePrefix` is not a warning but an error: the manifest refuses it.
+    """
     m = load_manifest(path)
-    warnings: list[str] = []
+    warnings: list[dict[str, str]] = []
+
+    def warn(field: str, rule: str, message: str) -> None:
+        warnings.append({"path": field, "rule": rule, "message": message})
+
     for i, rule in enumerate(m.permissions.fs):
-        if rule in _BROAD_FS:
-            warnings.append(f"permissions.fs[{i}]: {rule!r} grants the whole plugin root")
+        body = rule.removeprefix("rw:").removeprefix("./").removeprefix("/")
+        if set(body) <= {"*", "/"}:
+            warn(f"permissions.fs[{i}]", rule, "grants the whole plugin root")
+        elif body.startswith("*"):
+            warn(f"permissions.fs[{i}]", rule, "matches files anywhere beneath the plugin root")
     for i, rule in enumerate(m.permissions.fetch):
-        host = rule.removeprefix("http:")
-        if host.startswith("*.") and host.count(".") == 1:
-            warnings.append(f"permissions.fetch[{i}]: {rule!r} grants a whole top-level domain")
+        host = _rule_host(rule)
+        if host.startswith("*.") and _broad_suffix(host[2:]):
+            warn(f"permissions.fetch[{i}]", rule, "grants every host under a public suffix")
         if rule.startswith("http:"):
-            warnings.append(f"permissions.fetch[{i}]: {rule!r} allows unencrypted http")
+            warn(f"permissions.fetch[{i}]", rule, "allows unencrypted http")
+        if _private_ip(host):
+            warn(
+                f"permissions.fetch[{i}]",
+                rule,
+                "names a private or loopback address (the fetch adapter allows an IP literal "
+                "its rule names, so this reaches the host's network)",
+            )
     for name, rules in (("publishes", m.events.publishes), ("subscribes", m.events.subscribes)):
         for i, rule in enumerate(rules):
-            if rule == "*":
-                warnings.append(f"events.{name}[{i}]: '*' grants every topic")
+            if set(rule) <= {"*", "."}:
+                warn(f"events.{name}[{i}]", rule, "grants every topic")
     return warnings
 
 
@@ -175,22 +235,34 @@ def validate(as_json: bool, manifest: str) -> None:
             errors = exc.details.get("errors", [])
             for problem in errors if isinstance(errors, list) else []:
                 if isinstance(problem, dict):
-                    click.echo(f"  {problem.get('path')}: {problem.get('message')}", err=True)
+                    where = f"{problem.get('path')}: " if problem.get("path") else ""
+                    click.echo(f"  {where}{problem.get('message')}", err=True)
         sys.exit(_fail(as_json, exc))
     _emit(
         as_json,
         {"valid": True, "warnings": warnings},
-        "\n".join(["valid", *(f"warning: {w}" for w in warnings)]),
+        "\n".join(
+            ["valid", *(f"warning: {w['path']}: {w['rule']!r} {w['message']}" for w in warnings)]
+        ),
     )
     sys.exit(EXIT_ALLOW)
 
 
 @cli.command()
+@click.option(
+    "--json", "as_json", is_flag=True, help="Only the decision tables, as JSON (no live runs)."
+)
 @click.argument("examples", type=click.Path(file_okay=False, exists=True), default="examples")
-def demo(examples: str) -> None:
+def demo(as_json: bool, examples: str) -> None:
     """Explain what each example manifest allows and refuses, and run the example plugins."""
-    from suaveplan_sandbox.cli._demo import run_demo
+    from suaveplan_sandbox.cli._demo import demo_decisions, run_demo
 
+    if as_json:
+        try:
+            click.echo(json.dumps(demo_decisions(Path(examples)), sort_keys=True))
+        except SuaveplanError as exc:
+            sys.exit(_fail(as_json, exc))
+        sys.exit(EXIT_ALLOW)
     sys.exit(run_demo(Path(examples)))
 
 
@@ -251,6 +323,7 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
             )
         )
     except SuaveplanError as exc:
+        _show_traceback(exc)
         if as_json:
             click.echo(json.dumps({"error": exc.to_wire()}, sort_keys=True))
         else:
@@ -297,30 +370,49 @@ def conformance(host: str | None, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a page is out of date.")
+@click.option("--json", "as_json", is_flag=True)
 @click.argument("docs", type=click.Path(file_okay=False), default="docs")
-def reference(docs: str) -> None:
+def reference(check: bool, as_json: bool, docs: str) -> None:
     """Regenerate the error-code and metrics reference pages under DOCS."""
-    from suaveplan_sandbox.cli._reference import write_reference
+    from suaveplan_sandbox.cli._reference import stale_reference, write_reference
 
-    for path in write_reference(Path(docs)):
-        click.echo(f"wrote {path}")
+    if check:
+        stale = [str(p) for p in stale_reference(Path(docs))]
+        _emit(
+            as_json,
+            {"stale": stale},
+            "\n".join(f"out of date: {p}" for p in stale) or "reference pages are up to date",
+        )
+        sys.exit(EXIT_DENY if stale else EXIT_ALLOW)
+    written = [str(p) for p in write_reference(Path(docs))]
+    _emit(as_json, {"written": written}, "\n".join(f"wrote {p}" for p in written))
     sys.exit(EXIT_ALLOW)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code instead of raising for scripted use."""
+    args = list(argv if argv is not None else sys.argv[1:])
+    as_json = "--json" in args
     try:
-        cli.main(args=argv, standalone_mode=False)
+        cli.main(args=args, standalone_mode=False)
     except SystemExit as exc:
         return int(exc.code or 0)
     except click.ClickException as exc:
-        exc.show()
+        if as_json:
+            error = {"code": "SAND_INVALID_ARGUMENT", "message": exc.format_message()}
+            click.echo(json.dumps({"error": {**error, "details": {}}}, sort_keys=True))
+        else:
+            exc.show()
         return EXIT_INVALID
     except click.Abort:
         return EXIT_INVALID
     except Exception as exc:
-        if "--debug" in (argv if argv is not None else sys.argv):
+        if "--debug" in args:
             raise
+        if as_json:
+            crash = {"type": type(exc).__name__, "message": str(exc)}
+            click.echo(json.dumps({"internal_error": crash}, sort_keys=True))
         click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
         return EXIT_INTERNAL
     return EXIT_ALLOW

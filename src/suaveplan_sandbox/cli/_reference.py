@@ -54,3 +54,13 @@ def write_reference(docs: Path) -> list[Path]:
         path.write_text(render())
         written.append(path)
     return written
+
+
+def stale_reference(docs: Path) -> list[Path]:
+    """The generated pages under `docs` that are missing or differ from the registries."""
+    stale = []
+    for name, render in PAGES.items():
+        path = docs / name
+        if not path.is_file() or path.read_text() != render():
+            stale.append(path)
+    return stale
