@@ -27,6 +27,7 @@ from suaveplan_sandbox.adapters._protocols import (
 from suaveplan_sandbox.adapters._redis_events import RedisEventBus
 from suaveplan_sandbox.adapters._secrets import DirectorySecrets, EnvSecrets, StaticSecrets
 from suaveplan_sandbox.adapters._sqlite import SqliteDb, apply_migrations
+from suaveplan_sandbox.adapters._standard import StandardAdapters, open_standard_adapters
 
 __all__ = [
     "Adapters",
@@ -50,11 +51,13 @@ __all__ = [
     "RedisEventBus",
     "SecretsAdapter",
     "SqliteDb",
+    "StandardAdapters",
     "StaticSecrets",
     "Subscription",
     "address_refused",
     "apply_migrations",
     "apply_postgres_migrations",
     "iter_audit",
+    "open_standard_adapters",
     "provision_postgres_plugin",
 ]
