@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -69,7 +69,8 @@ def hog(mb):
     return len(blocks)
 """
 
-# A WASM guest that adds and can ask the host for a secret through the `suaveplan` imports.
+# A WASM guest that adds, asks the host for a secret through the `suaveplan` imports, and
+# grows its memory (one page, or `pages` at a time) until refused, then traps (as a C guest's failed malloc would abort).
 GUEST_WAT: Final = """
 (module
   (import "suaveplan" "secrets_get" (func $sg (param i32 i32 i32 i32 i32) (result i32)))
@@ -84,8 +85,12 @@ GUEST_WAT: Final = """
     (call $sg (i32.const 16) (i32.const 9) (i32.const 256) (i32.const 64) (i32.const 512)))
   (func (export "grow") (result i32)
     (loop $again
-      (br_if $again (i32.ne (memory.grow (i32.const 16)) (i32.const -1))))
-    (i32.const 0)))
+      (br_if $again (i32.ne (memory.grow (i32.const 1)) (i32.const -1))))
+    unreachable)
+  (func (export "grow_by") (param $pages i32) (result i32)
+    (loop $again
+      (br_if $again (i32.ne (memory.grow (local.get $pages)) (i32.const -1))))
+    unreachable))
 """
 
 # The suite's `security_record` fixture (tests/conftest.py): one evidence row per fault kind.
@@ -203,10 +208,14 @@ class HostProbe:
         ) as wasm:
             return bool(await wasm.call("add", 2, 3) == 5)
 
-    async def warm_up(self) -> None:
-        # Start the fork server, the wasmtime engine and the default executor once, so the
-        # baseline already holds everything that lives for the whole process.
+    async def warm_up(self, workload: Callable[[], Awaitable[object]] | None = None) -> None:
+        # Start the fork server, the wasmtime engine and the default executor once (and run
+        # the test's own `workload` once: wasmtime keeps a memory image per module and its
+        # WASI runtime's epoll fds for the process), so the baseline already holds
+        # everything that lives for the whole process.
         assert await self.serves()
+        if workload is not None:
+            await workload()
         await asyncio.to_thread(lambda: None)
         await self._settle(None)
         self.baseline = resources()
