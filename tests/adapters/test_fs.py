@@ -176,3 +176,67 @@ def test_a_writer_killed_mid_write_leaves_the_old_file_intact(tmp_path: Path) ->
         assert fs._read_sync("data.bin", 10) == b"OLD"
     finally:
         fs.close()
+
+
+async def test_links_a_guest_creates_in_a_writable_directory_are_refused(
+    tree: tuple[Path, BeneathRootFs],
+) -> None:
+    # A WASI guest with `rw:` can call path_symlink inside its preopen; whatever it plants,
+    # the adapter's next open must not follow it (file link, directory link, relative or not).
+    root, fs = tree
+    await fs.write_bytes("uploads/mine.txt", b"mine")
+    out = root / "uploads"
+    (out / "to-outside").symlink_to("../../outside.txt")
+    (out / "to-mine").symlink_to("mine.txt")
+    (out / "dir-up").symlink_to("..")
+    (out / "dir-abs").symlink_to(root.parent)
+    for path in ("uploads/to-outside", "uploads/to-mine", "uploads/dir-up/uploads/a.txt"):
+        assert await _code(fs.read_bytes(path, max_bytes=64)) == "SAND_FS_LINK_REFUSED", path
+    for path in ("uploads/dir-up", "uploads/dir-abs"):
+        assert await _code(fs.list_dir(path)) == "SAND_FS_LINK_REFUSED", path
+    assert await _code(fs.write_bytes("uploads/dir-abs/outside.txt", b"x")) == (
+        "SAND_FS_LINK_REFUSED"
+    )
+    assert await _code(fs.write_bytes("uploads/dir-up/new.txt", b"x")) == "SAND_FS_LINK_REFUSED"
+    assert (root.parent / "outside.txt").read_bytes() == b"CANARY"
+    assert not (root / "new.txt").exists()
+    assert not await fs.exists("uploads/to-mine")
+
+
+def test_a_rename_race_during_writes_never_writes_outside_the_root(
+    tree: tuple[Path, BeneathRootFs],
+) -> None:
+    root, fs = tree
+    outside = root.parent / "target"
+    outside.mkdir()
+    swap = root / "uploads" / "swap"
+    real = root / "uploads" / "real"
+    real.mkdir()
+    stop = threading.Event()
+    swaps = [0]
+
+    def swapper() -> None:
+        while not stop.is_set():
+            os.rename(real, swap)
+            os.rename(swap, real)
+            swap.symlink_to(outside)
+            os.unlink(swap)
+            swaps[0] += 1
+
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    try:
+        for _ in range(2000):
+            try:
+                fs._write_sync("uploads/swap/f.txt", b"written")
+            except SuaveplanError as exc:
+                assert exc.code in {
+                    "SAND_FS_LINK_REFUSED",
+                    "SAND_FS_NOT_FOUND",
+                    "SAND_FS_NOT_A_FILE",
+                }
+    finally:
+        stop.set()
+        thread.join()
+    assert swaps[0] > 10  # the race really ran
+    assert list(outside.iterdir()) == []
