@@ -96,6 +96,11 @@ def test_demo_explains_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert "path-not-in-allowlist" in out
     # each example really ran: the VM plugin, the WASI module and the web host
     assert "try_to_escape() refused: SAND_PERM_DENIED" in out
+    assert "-> {'owed': {'acme': 10.0, 'globex': 49.99}, 'reports': 1}" in out
+    assert (
+        "refused: SAND_PERM_DENIED {'capability': 'fetch', 'reason': 'host-not-in-allowlist'}"
+        in out
+    )
     assert "WASI module exited 0" in out and "read private: refused" in out
     assert "-> 200 result 7" in out
     assert "-> 403 SAND_PERM_DENIED" in out

@@ -77,7 +77,7 @@ def run_example(folder: Path, console: Console) -> int:
 
 
 def run_demo(examples: Path) -> int:
-    console = Console()
+    console = Console(soft_wrap=True)  # long result lines stay whole (tables still fit)
     status = 0
     folders = sorted(p.parent for p in examples.glob("*/manifest.toml"))
     if not folders:

@@ -12,6 +12,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from rich.console import Console
@@ -19,13 +22,49 @@ from rich.console import Console
 from suaveplan_sandbox.adapters import (
     Adapters,
     BeneathRootFs,
+    HttpxFetch,
     InProcessEventBus,
     SqliteDb,
+    StaticSecrets,
     apply_migrations,
 )
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import PERMISSION_DENIED, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
+
+_DEMO_KEY = "sk_test_demo"
+# What the fake payment API reports as paid (in cents), per customer.
+_CHARGES = [{"customer": "acme", "amount": 12050}, {"customer": "globex", "amount": 5000}]
+
+
+class _FakePaymentApi(BaseHTTPRequestHandler):
+    """`GET /v1/charges`: the charges above, for a caller with the demo key; else 401."""
+
+    def do_GET(self) -> None:
+        authorised = self.headers.get("Authorization") == f"Bearer {_DEMO_KEY}"
+        ok = authorised and self.path.startswith("/v1/charges")
+        body = json.dumps({"data": _CHARGES} if ok else {"error": "unauthorised"}).encode()
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@contextmanager
+def fake_payment_api() -> Iterator[str]:
+    """A loopback stand-in for the payment API; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakePaymentApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 async def run_python_example(folder: Path, console: Console) -> int:
@@ -42,8 +81,10 @@ async def run_python_example(folder: Path, console: Console) -> int:
             await apply_migrations(db, root / migrations, plugin=policy.plugin)
         events = InProcessEventBus()
         fs = BeneathRootFs(root)
+        fetch = HttpxFetch(timeout=10.0)
         metrics = InMemoryMetrics()
-        adapters = Adapters(fs=fs, db=db, events=events)
+        secrets = StaticSecrets({"STRIPE_SECRET_KEY": _DEMO_KEY})
+        adapters = Adapters(fs=fs, db=db, events=events, fetch=fetch, secrets=secrets)
         entry = root / (policy.manifest.entry or "plugin.py")
         try:
             async with await create_vm_sandbox(
@@ -55,12 +96,21 @@ async def run_python_example(folder: Path, console: Console) -> int:
                 console.print(f"  summarize('march') -> {totals}")
                 report = (root / "reports" / "march.txt").read_text().strip().replace("\n", "; ")
                 console.print(f"  wrote reports/march.txt: {report}")
-                try:
-                    await sb.call("try_to_escape")
-                except SuaveplanError as exc:
-                    console.print(f"  try_to_escape() refused: {exc.code} {exc.details}")
+                with fake_payment_api() as api:
+                    owed = await sb.call("reconcile", "march", api)
+                console.print(f"  reconcile('march', <fake payment API on {api}>) -> {owed}")
+                elsewhere = "https://payments.evil.example"
+                for label, call, args in (
+                    (f"reconcile('march', {elsewhere!r})", "reconcile", ("march", elsewhere)),
+                    ("try_to_escape()", "try_to_escape", ()),
+                ):
+                    try:
+                        await sb.call(call, *args)
+                    except SuaveplanError as exc:
+                        console.print(f"  {label} refused: {exc.code} {exc.details}")
         finally:
             fs.close()
+            await fetch.aclose()
         denied = metrics.value(PERMISSION_DENIED.name)
         console.print(f"  plugin.permission_denied_total = {denied:g}\n")
     return 0
