@@ -10,7 +10,6 @@ adapter's `os.write` for files beneath the test root. Either way the guest's cal
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -43,11 +42,17 @@ def _mount_tmpfs(where: Path) -> bool:
     return result.returncode == 0
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
-    """(root directory whose `data/` has about 1 MiB of room, "tmpfs" or "injected-enospc")."""
+@pytest.fixture(params=["full-disk", "injected-enospc"])
+def small_disk(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, str]]:
+    """(root directory whose `data/` has about 1 MiB of room, "tmpfs" or "injected-enospc").
+
+    `full-disk` mounts a tmpfs when the machine allows it and otherwise falls back to the
+    injection, so the fallback is exercised everywhere and the real thing wherever possible.
+    """
     disk = tmp_path / "disk"
-    if _mount_tmpfs(disk):
+    if request.param == "full-disk" and _mount_tmpfs(disk):
         try:
             yield disk, "tmpfs"
         finally:
@@ -55,14 +60,17 @@ def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tupl
         return
     disk.mkdir(exist_ok=True)
     real_write = os.write
-    used: dict[int, int] = {}
+    used: dict[str, int] = {}
 
     def write(fd: int, data: bytes | memoryview) -> int:
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(disk)):
-                used[fd] = used.get(fd, 0) + len(data)
-                if used[fd] > DISK_BYTES // 2:  # the old file already holds the rest
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            where = ""
+        if where.startswith(str(disk) + "/"):
+            used[where] = used.get(where, 0) + len(data)  # temp file names are unique
+            if used[where] > DISK_BYTES // 2:  # the old file already holds the rest
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", write)
