@@ -264,6 +264,10 @@ class SqlGate:
             return _MALFORMED
         if not isinstance(sql, str) or not sql.strip():
             return _MALFORMED
+        if "\x00" in sql:
+            # sqlglot reads NUL as an identifier character, C-string engines as the end of the
+            # statement: a parser differential, so refuse (found by fuzzing).
+            return _NOT_PERMITTED
         cache = self._cache
         hit = cache.get(sql)
         if hit is not None:
