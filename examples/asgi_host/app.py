@@ -206,7 +206,7 @@ def parse_run_request(body: bytes, limits: HostLimits) -> RunRequest:
     """Validate the JSON body of `POST /run` into plain types (never evaluates anything)."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         raise _invalid("body", "the body is not valid JSON") from None
     if not isinstance(data, dict):
         raise _invalid("body", "the body must be a JSON object")
@@ -226,8 +226,11 @@ def parse_run_request(body: bytes, limits: HostLimits) -> RunRequest:
     if not isinstance(files, dict) or len(files) > limits.max_files:
         raise _invalid("files", f"files must be an object of at most {limits.max_files} entries")
     for name, text in files.items():
-        if not _SEEDED_PATH.match(name) or ".." in name.split("/"):
+        segments = name.split("/")
+        if not _SEEDED_PATH.match(name) or len(name) > 1024 or max(map(len, segments)) > 255:
             raise _invalid(f"files.{name}", "a relative path of plain segments")
+        if any("/".join(segments[:i]) in files for i in range(1, len(segments))):
+            raise _invalid(f"files.{name}", "a file cannot also be a directory")
         if not isinstance(text, str):
             raise _invalid(f"files.{name}", "file contents must be text")
     return RunRequest(manifest=manifest, plugin=plugin, call=call, args=args, files=files)

@@ -181,7 +181,8 @@ def test_malformed_requests_get_a_coded_json_error(
 
 
 @pytest.mark.parametrize(
-    "name", ["../escape.txt", "/abs.txt", "in/../../x", "in//x", ".hidden/../x"]
+    "name",
+    ["../escape.txt", "/abs.txt", "in/../../x", "in//x", ".hidden/../x", "in/" + "x" * 256],
 )
 def test_seeded_files_cannot_name_a_path_outside_the_root(base_url: str, name: str) -> None:
     body = _body("read", "/in/a.txt")
@@ -192,9 +193,32 @@ def test_seeded_files_cannot_name_a_path_outside_the_root(base_url: str, name: s
     assert r.json()["error"]["details"]["field"] == f"files.{name}"
 
 
+def test_a_seeded_file_cannot_also_be_a_directory(base_url: str) -> None:
+    body = _body("read", "/in/a.txt")
+    body["files"] = {"in": "x", "in/a.txt": "y"}
+    r = httpx.post(f"{base_url}/run", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["details"]["field"] == "files.in/a.txt"
+
+
 def test_metrics_are_prometheus_text(base_url: str) -> None:
     r = httpx.get(f"{base_url}/metrics", timeout=10)
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain")
     names = {fam.name for fam in text_string_to_metric_families(r.text)}
     assert {"plugin_permission_denied", "plugin_budget_exceeded"} <= names
+
+
+def test_a_deeply_nested_body_is_a_coded_400_not_a_crash(base_url: str) -> None:
+    r = httpx.post(
+        f"{base_url}/run",
+        content=b"[" * 100_000 + b"]" * 100_000,
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {
+        "code": "ASGI_HOST_REQUEST_INVALID",
+        "message": "the body is not valid JSON",
+        "details": {"field": "body"},
+    }
