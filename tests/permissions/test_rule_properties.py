@@ -1,10 +1,10 @@
-"""Properties of path normalisation and rule matching, against slow reference models."""
+"""Properties of path normalisation and rule matching, against `fuzz._reference` models."""
 
 from __future__ import annotations
 
-import fnmatch
 import posixpath
 
+from fuzz._reference import reference_allows, reference_normalise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,32 +35,6 @@ fs_rules = st.builds(
 )
 
 
-def _reference_normalise(path: str) -> str | None:
-    """Segment-stack resolution; None when the path climbs above the root."""
-    stack: list[str] = []
-    for segment in path.split("/"):
-        if segment in ("", "."):
-            continue
-        if segment == "..":
-            if not stack:
-                return None
-            stack.pop()
-        else:
-            stack.append(segment)
-    return "/".join(stack) or "."
-
-
-def _reference_allows(rule: str, target: str) -> bool:
-    body = rule.removeprefix("rw:")
-    pattern = "/".join(s for s in body.split("/") if s not in ("", ".")) or "."
-    if fnmatch.fnmatchcase(target, pattern):
-        return True
-    if pattern == "*":
-        return True
-    # `dir/*` also grants `dir` itself; with a `*` in `dir`, every directory it names.
-    return pattern.endswith("/*") and fnmatch.fnmatchcase(target, pattern[:-2])
-
-
 @given(paths)
 def test_normalisation_is_idempotent(path: str) -> None:
     once = normalize_request_path(path)
@@ -70,7 +44,7 @@ def test_normalisation_is_idempotent(path: str) -> None:
 
 @given(paths)
 def test_normalisation_agrees_with_a_segment_stack(path: str) -> None:
-    expected = _reference_normalise(path)
+    expected = reference_normalise(path)
     got = normalize_request_path(path)
     if expected is None:
         assert got == DenyReason.PATH_NOT_IN_ALLOWLIST
@@ -97,8 +71,8 @@ def test_an_allowed_path_never_lies_outside_the_root(rules: list[str], path: str
 def test_fs_rule_set_agrees_with_an_fnmatch_reference_model(
     rules: list[str], path: str, mode: str
 ) -> None:
-    target = _reference_normalise(path)
-    matching = [] if target is None else [r for r in rules if _reference_allows(r, target)]
+    target = reference_normalise(path)
+    matching = [] if target is None else [r for r in rules if reference_allows(r, target)]
     if mode == "write":
         writable = [r for r in matching if r.startswith("rw:")]
     decision = FsRuleSet(rules).check(path, mode)
