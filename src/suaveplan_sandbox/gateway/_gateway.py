@@ -22,8 +22,8 @@ import inspect
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, final
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeGuard, final
 
 from suaveplan_sandbox.adapters._protocols import (
     Adapters,
@@ -85,19 +85,27 @@ def _plain(raw: object) -> object:
     return raw
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class _AdapterCall:
+_NO_KWARGS: Final[Mapping[str, object]] = MappingProxyType({})
+# Adapter results that are never awaitable: skips the ABC check on the hot path.
+_PLAIN_RESULTS: Final = (str, bytes, bool, int, float, list, dict, tuple, type(None))
+
+
+def _awaitable(raw: object) -> TypeGuard[Awaitable[object]]:
+    return not isinstance(raw, _PLAIN_RESULTS) and inspect.isawaitable(raw)
+
+
+class _AdapterCall(NamedTuple):
     """One allowed adapter invocation: `adapters.<capability>.<method>(*args, **kwargs)`.
 
     `shape` turns the adapter's return value into the plain data the guest gets. Building
     the call is separate from running it so one decision can run inline or as a task.
+    (A NamedTuple: it is built on every request, and a frozen dataclass costs more.)
     """
 
     capability: str
     method: str
     args: tuple[object, ...]
-    kwargs: Mapping[str, object] = field(default_factory=dict)
+    kwargs: Mapping[str, object] = _NO_KWARGS
     shape: Callable[[Any], object] = _plain
 
 
@@ -125,6 +133,7 @@ class Gateway:
         self._on_denial = on_denial
         self._inflight: set[asyncio.Future[object]] = set()
         self._subscriptions: list[Subscription] = []
+        self._async_methods: dict[object, bool] = {}
         self._closed = False
 
     @property
@@ -158,7 +167,7 @@ class Gateway:
         """
         started, cap, op, decision, call = self._admit(capability, operation, args, handler)
         try:
-            result = await self._run(self._invoke(call))
+            result = await self._run(self._invoke, call)
         except SuaveplanError as exc:
             self._finish(cap, op, decision, started, outcome="error", code=exc.code)
             raise
@@ -233,14 +242,14 @@ class Gateway:
         started = self._clock.now()
         cap = capability if isinstance(capability, str) else "unknown"
         op = operation if isinstance(operation, str) else "unknown"
-        if (cap, op) not in _OPERATIONS or not isinstance(args, Mapping):
+        if (cap, op) not in _OPERATIONS or not (type(args) is dict or isinstance(args, Mapping)):
             reason = (
                 DenyReason.UNKNOWN_CAPABILITY
                 if cap not in _CAPABILITIES
                 else DenyReason.MALFORMED_PAYLOAD
             )
             self._denied(self._checker.deny(cap, reason), cap, op, started)
-        assert isinstance(args, Mapping)
+        assert isinstance(args, dict | Mapping)
         try:
             decision, call = self._decide(cap, op, args, handler)
         except _Malformed:
@@ -261,32 +270,40 @@ class Gateway:
             {"capability": cap, "operation": op},
         )
 
+    def _is_async(self, method: Callable[..., object]) -> bool:
+        # Keyed by the underlying function (a bound method is a new object on every getattr).
+        key = getattr(method, "__func__", method)
+        known = self._async_methods.get(key)
+        if known is None:
+            known = self._async_methods[key] = inspect.iscoroutinefunction(method)
+        return known
+
     def _method(self, call: _AdapterCall) -> Callable[..., object]:
         method: Callable[..., object] = getattr(self._adapter(call.capability), call.method)
         return method
 
     async def _invoke(self, call: _AdapterCall) -> object:
         raw = self._method(call)(*call.args, **call.kwargs)
-        if inspect.isawaitable(raw):
+        if _awaitable(raw):
             raw = await raw
         return call.shape(raw)
 
-    async def _finish_awaitable(self, raw: Awaitable[object], call: _AdapterCall) -> object:
+    async def _finish_awaitable(self, call: _AdapterCall, raw: Awaitable[object]) -> object:
         return call.shape(await raw)
 
     def _run_sync(self, call: _AdapterCall, run_coroutine: RunCoroutine | None) -> object:
         method = self._method(call)
-        if inspect.iscoroutinefunction(method):
+        if self._is_async(method):
             if run_coroutine is None:
                 raise _NeedsLoop
-            return run_coroutine(self._run(self._invoke(call)))
+            return run_coroutine(self._run(self._invoke, call))
         raw = method(*call.args, **call.kwargs)
-        if inspect.isawaitable(raw):
+        if _awaitable(raw):
             if run_coroutine is None:
                 if inspect.iscoroutine(raw):
                     raw.close()
                 raise _NeedsLoop
-            return run_coroutine(self._run(self._finish_awaitable(raw, call)))
+            return run_coroutine(self._run(self._finish_awaitable, call, raw))
         result = call.shape(raw)
         if self._closed:
             if isinstance(result, socket.socket):
@@ -294,8 +311,15 @@ class Gateway:
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
         return result
 
-    async def _run(self, work: Coroutine[Any, Any, object]) -> object:
-        fut: asyncio.Future[object] = asyncio.ensure_future(work)
+    async def _run(
+        self,
+        work: Callable[..., Coroutine[Any, Any, object]],
+        call: _AdapterCall,
+        *more: Any,
+    ) -> object:
+        # `work` is started here, not by the caller: a `_run` closed before it ran (its loop
+        # is unreachable) leaves no never-awaited adapter coroutine behind.
+        fut: asyncio.Future[object] = asyncio.ensure_future(work(call, *more))
         self._inflight.add(fut)
         try:
             return await fut
