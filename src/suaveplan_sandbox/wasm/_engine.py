@@ -15,6 +15,7 @@ import importlib.metadata as _metadata
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Final
 
@@ -32,6 +33,12 @@ _ARTEFACT_SUFFIX: Final = f".wasmtime-{_metadata.version('wasmtime')}.cwasm"
 
 _lock = threading.Lock()
 _modules: dict[str, wasmtime.Module] = {}
+# File identity -> sha256 of the bytes last read from it, so a create of an unchanged file
+# skips reading and hashing it. ctime changes on every write (and cannot be set back by the
+# writer), so a rewritten file never matches its old identity.
+_digests: dict[tuple[int, int, int, int, int], str] = {}
+# Modules whose imports passed `check_imports` -> whether they import WASI preview 1.
+_checked: weakref.WeakKeyDictionary[wasmtime.Module, bool] = weakref.WeakKeyDictionary()
 
 
 class _State:
@@ -74,16 +81,26 @@ def translate(exc: BaseException, *, during: str) -> SuaveplanError:
     return SuaveplanError("SAND_WASM_TRAP", "the guest trapped", {"stage": during})
 
 
-def check_imports(module: wasmtime.Module) -> None:
-    """Refuse unsupported WASI versions before instantiation.
+def check_imports(module: wasmtime.Module) -> bool:
+    """Refuse unsupported WASI versions before instantiation; True if it imports WASI p1.
 
     `wasi_unstable`, `wasi_snapshot_preview0` and any other `wasi*` module name are
     SAND_WASM_WASI_VERSION_UNSUPPORTED; any other unknown module name is
-    SAND_WASM_INSTANTIATION_FAILED (an unresolvable import, not a WASI version).
+    SAND_WASM_INSTANTIATION_FAILED (an unresolvable import, not a WASI version). A module
+    that passed is remembered (its imports cannot change); one that failed is re-checked
+    and raises a fresh error every time.
     """
+    with _lock:
+        known = _checked.get(module)
+    if known is not None:
+        return known
+    imports_wasi = False
     for imp in module.imports:
         name = imp.module
-        if name in (SUPPORTED_WASI, HOST_MODULE):
+        if name == SUPPORTED_WASI:
+            imports_wasi = True
+            continue
+        if name == HOST_MODULE:
             continue
         if name in UNSUPPORTED_WASI or name.startswith("wasi"):
             raise SuaveplanError(
@@ -96,6 +113,33 @@ def check_imports(module: wasmtime.Module) -> None:
             "the module imports from an unknown module",
             {"module": name},
         )
+    with _lock:
+        _checked[module] = imports_wasi
+    return imports_wasi
+
+
+def load_module_file(
+    path: str | os.PathLike[str], *, cache_dir: Path | None = None
+) -> wasmtime.Module:
+    """`load_module` of a file's bytes; an unchanged file is neither re-read nor re-hashed."""
+    try:
+        st = os.stat(path)  # noqa: PTH116 — on every create; building a Path costs more
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        with _lock:
+            digest = _digests.get(key)
+            cached = _modules.get(digest) if digest is not None else None
+        if cached is not None:
+            return cached
+        with open(path, "rb") as fh:  # noqa: PTH123 — see above
+            wasm = fh.read()
+    except OSError as exc:
+        raise SuaveplanError(
+            "SAND_WASM_INSTANTIATION_FAILED", "the module file could not be read", {"stage": "read"}
+        ) from exc
+    module = load_module(wasm, cache_dir=cache_dir)
+    with _lock:
+        _digests[key] = hashlib.sha256(wasm).hexdigest()
+    return module
 
 
 def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Module:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Final
 import wasmtime
 
 from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.wasm import _memory
 from suaveplan_sandbox.wasm._errno import Errno
+from suaveplan_sandbox.wasm._memory import GuestMemory
 
 if TYPE_CHECKING:
     from suaveplan_sandbox.wasm._sandbox import WasmSandbox
@@ -33,39 +33,44 @@ class _Fault(Exception):
     pass
 
 
-def _memory_of(caller: wasmtime.Caller) -> wasmtime.Memory:
-    mem = caller.get("memory")
-    if not isinstance(mem, wasmtime.Memory):
-        raise _Fault
-    return mem
+def _view(caller: wasmtime.Caller, sb: WasmSandbox) -> GuestMemory:
+    # The running guest's `memory` export, found before the call (the same extern
+    # `caller.get("memory")` returns, without a lookup per import); looked up here when the
+    # import runs during instantiation (a start function).
+    mem = sb.guest_memory
+    if mem is None:
+        found = caller.get("memory")
+        if not isinstance(found, wasmtime.Memory):
+            raise _Fault
+        mem = found
+    return GuestMemory(mem, caller)
 
 
-def _read(caller: wasmtime.Caller, ptr: int, length: int) -> bytes:
+def _read(m: GuestMemory, ptr: int, length: int) -> bytes:
     if length > MAX_INPUT:
         raise _Fault
-    data = _memory.read(_memory_of(caller), caller, ptr, length)
+    data = m.read(ptr, length)
     if data is None:
         raise _Fault
     return data
 
 
-def _text(caller: wasmtime.Caller, ptr: int, length: int) -> str:
+def _text(m: GuestMemory, ptr: int, length: int) -> str:
     try:
-        return _read(caller, ptr, length).decode("utf-8")
+        return _read(m, ptr, length).decode("utf-8")
     except UnicodeDecodeError:
         raise _Fault from None
 
 
-def _out(caller: wasmtime.Caller, data: bytes, buf: int, cap: int, len_out: int) -> int:
+def _out(m: GuestMemory, data: bytes, buf: int, cap: int, len_out: int) -> int:
     """Write `data` into (buf, cap), its length at len_out; NOBUFS (length set) if short."""
-    mem = _memory_of(caller)
-    if _memory.read(mem, caller, buf, 0) is None or buf + cap > mem.data_len(caller):
+    if not m.contains(buf, cap):
         return Errno.FAULT  # the declared buffer must lie wholly inside guest memory
-    if not _memory.write_u32(mem, caller, len_out, len(data)):
+    if not m.write_u32(len_out, len(data)):
         return Errno.FAULT
     if len(data) > cap:
         return Errno.NOBUFS
-    if not _memory.write(mem, caller, buf, data):
+    if not m.write(buf, data):
         return Errno.FAULT
     return Errno.SUCCESS
 
@@ -108,39 +113,44 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
     def sock_connect(
         c: wasmtime.Caller, host_ptr: int, host_len: int, port: int, fd_out: int
     ) -> int:
-        host = _text(c, host_ptr, host_len)
-        if not _memory.write_u32(_memory_of(c), c, fd_out, 0):
+        sb = current()
+        m = _view(c, sb)
+        host = _text(m, host_ptr, host_len)
+        if not m.write_u32(fd_out, 0):
             return Errno.FAULT
-        sock = current()._dispatch("fetch", "connect", {"host": host, "port": port})
+        sock = sb._dispatch("fetch", "connect", {"host": host, "port": port})
         if not isinstance(sock, socket.socket):
             return Errno.IO
         sock.settimeout(_SOCK_TIMEOUT_S)
-        fd = current()._next_fd
-        current()._next_fd += 1
-        current()._sockets[fd] = sock
-        _memory.write_u32(_memory_of(c), c, fd_out, fd)
+        fd = sb._next_fd
+        sb._next_fd += 1
+        sb._sockets[fd] = sock
+        m.write_u32(fd_out, fd)
         return Errno.SUCCESS
 
     def sock_send(c: wasmtime.Caller, fd: int, buf: int, length: int, sent_out: int) -> int:
-        sock = current()._sockets.get(fd)
+        sb = current()
+        sock = sb._sockets.get(fd)
         if sock is None:
             return Errno.BADF
-        data = _read(c, buf, length)
-        if not _memory.write_u32(_memory_of(c), c, sent_out, 0):
+        m = _view(c, sb)
+        data = _read(m, buf, length)
+        if not m.write_u32(sent_out, 0):
             return Errno.FAULT
         sent = sock.send(data)
-        _memory.write_u32(_memory_of(c), c, sent_out, sent)
+        m.write_u32(sent_out, sent)
         return Errno.SUCCESS
 
     def sock_recv(c: wasmtime.Caller, fd: int, buf: int, cap: int, len_out: int) -> int:
-        sock = current()._sockets.get(fd)
+        sb = current()
+        sock = sb._sockets.get(fd)
         if sock is None:
             return Errno.BADF
-        mem = _memory_of(c)
-        if _memory.read(mem, c, buf, cap) is None or not _memory.write_u32(mem, c, len_out, 0):
+        m = _view(c, sb)
+        if not m.contains(buf, cap) or not m.write_u32(len_out, 0):
             return Errno.FAULT
         data = sock.recv(min(cap, MAX_INPUT))
-        return _out(c, data, buf, cap, len_out)
+        return _out(m, data, buf, cap, len_out)
 
     def sock_close(c: wasmtime.Caller, fd: int) -> int:
         sock = current()._sockets.pop(fd, None)
@@ -152,16 +162,20 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
     def secrets_get(  # noqa: PLR0917 — the ABI is positional
         c: wasmtime.Caller, name_ptr: int, name_len: int, buf: int, cap: int, len_out: int
     ) -> int:
-        name = _text(c, name_ptr, name_len)
-        value = current()._dispatch("secrets", "get", {"name": name})
+        sb = current()
+        m = _view(c, sb)
+        name = _text(m, name_ptr, name_len)
+        value = sb._dispatch("secrets", "get", {"name": name})
         if not isinstance(value, str):
             return Errno.IO
-        return _out(c, value.encode("utf-8"), buf, cap, len_out)
+        return _out(m, value.encode("utf-8"), buf, cap, len_out)
 
     def events_publish(c: wasmtime.Caller, t_ptr: int, t_len: int, p_ptr: int, p_len: int) -> int:
-        topic = _text(c, t_ptr, t_len)
-        payload = json.loads(_text(c, p_ptr, p_len)) if p_len else None
-        current()._dispatch("events", "publish", {"topic": topic, "payload": payload})
+        sb = current()
+        m = _view(c, sb)
+        topic = _text(m, t_ptr, t_len)
+        payload = json.loads(_text(m, p_ptr, p_len)) if p_len else None
+        sb._dispatch("events", "publish", {"topic": topic, "payload": payload})
         return Errno.SUCCESS
 
     def db_query(  # noqa: PLR0917 — the ABI is positional
@@ -174,17 +188,21 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         cap: int,
         len_out: int,
     ) -> int:
-        sql = _text(c, sql_ptr, sql_len)
-        params = json.loads(_text(c, params_ptr, params_len)) if params_len else []
+        sb = current()
+        m = _view(c, sb)
+        sql = _text(m, sql_ptr, sql_len)
+        params = json.loads(_text(m, params_ptr, params_len)) if params_len else []
         if not isinstance(params, list):
             return Errno.INVAL
-        result = current()._dispatch("db", "query", {"sql": sql, "params": params})
-        return _out(c, json.dumps(result, separators=(",", ":")).encode(), buf, cap, len_out)
+        result = sb._dispatch("db", "query", {"sql": sql, "params": params})
+        return _out(m, json.dumps(result, separators=(",", ":")).encode(), buf, cap, len_out)
 
     def fetch(  # noqa: PLR0917 — the ABI is positional
         c: wasmtime.Caller, req_ptr: int, req_len: int, buf: int, cap: int, len_out: int
     ) -> int:
-        req = json.loads(_text(c, req_ptr, req_len))
+        sb = current()
+        m = _view(c, sb)
+        req = json.loads(_text(m, req_ptr, req_len))
         if not isinstance(req, dict):
             return Errno.INVAL
         args: dict[str, object] = {
@@ -193,7 +211,7 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
             "headers": req.get("headers", []),
             "body": base64.b64decode(req["body_base64"]) if "body_base64" in req else b"",
         }
-        result = current()._dispatch("fetch", "request", args)
+        result = sb._dispatch("fetch", "request", args)
         if not isinstance(result, dict):
             return Errno.IO
         body = result.get("body", b"")
@@ -202,7 +220,7 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
             "headers": result.get("headers", []),
             "body_base64": base64.b64encode(body if isinstance(body, bytes) else b"").decode(),
         }
-        return _out(c, json.dumps(encoded, separators=(",", ":")).encode(), buf, cap, len_out)
+        return _out(m, json.dumps(encoded, separators=(",", ":")).encode(), buf, cap, len_out)
 
     table: dict[str, tuple[Callable[..., int], int]] = {
         "sock_connect": (sock_connect, 4),

@@ -24,7 +24,8 @@ import math
 import socket
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+import weakref
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, final
@@ -104,9 +105,12 @@ def resolve_preopens(policy: PermissionPolicy, checker: PermissionChecker) -> li
     reason="path-not-in-allowlist"}`: the rule grants something a preopen cannot express
     without widening, so the request for that preopen is outside what can be allowed.
     """
+    rules = preopens_for(policy)
+    if not rules:
+        return []  # nothing to resolve: skips the root's realpath on every create
     root = policy.root.resolve()
     specs: list[PreopenSpec] = []
-    for rule, directory, writable in preopens_for(policy):
+    for rule, directory, writable in rules:
         host = (root / directory).resolve() if directory is not None else None
         if host is None or not host.is_dir() or not host.is_relative_to(root):
             checker.deny("fs", DenyReason.PATH_NOT_IN_ALLOWLIST)
@@ -147,6 +151,26 @@ def _shared_linker(eng: wasmtime.Engine) -> wasmtime.Linker:
         return linker
 
 
+# Module -> its imports resolved once against the shared linker (wasmtime's InstancePre), so
+# a create does no import resolution. A module that fails to link is not remembered.
+_pres: weakref.WeakKeyDictionary[wasmtime.Module, wasmtime.InstancePre] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _instance_pre(module: wasmtime.Module) -> wasmtime.InstancePre:
+    with _linker_lock:
+        pre = _pres.get(module)
+    if pre is not None:
+        return pre
+    try:
+        pre = _shared_linker(_engine.engine()).instantiate_pre(module)
+    except wasmtime.WasmtimeError as exc:
+        raise _engine.translate(exc, during="instantiate") from exc
+    with _linker_lock:
+        return _pres.setdefault(module, pre)
+
+
 @final
 class WasmSandbox:
     """A handle on one instantiated module. Use `async with` or call `dispose()`."""
@@ -155,6 +179,7 @@ class WasmSandbox:
         self,
         *,
         module: wasmtime.Module,
+        imports_wasi: bool = True,
         policy: PermissionPolicy,
         gateway: Gateway,
         preopens: Sequence[PreopenSpec],
@@ -163,6 +188,8 @@ class WasmSandbox:
         denials: list[SuaveplanError],
     ) -> None:
         self._module = module
+        self._pre = _instance_pre(module)
+        self._imports_wasi = imports_wasi
         self._policy = policy
         self._gateway = gateway
         self._preopens = tuple(preopens)
@@ -176,6 +203,11 @@ class WasmSandbox:
         self._disposed = False
         self._store: wasmtime.Store | None = None
         self._instance: wasmtime.Instance | None = None
+        # The long-lived instance's exports, read on the first call (not at create).
+        self._exports: Mapping[str, object] | None = None
+        # The running guest's exported `memory`, for host imports (saves a lookup per import).
+        # Only set while a guest of this store runs: it must never meet another store.
+        self.guest_memory: wasmtime.Memory | None = None
         # cpuPercent: thread CPU time sampled by an epoch callback on the guest thread.
         self._cpu = CpuWatcher() if policy.budgets.cpu_percent is not None else None
         self._store, self._instance = self._instantiate(argv=(), stdin=None, out=None, err=None)
@@ -240,6 +272,7 @@ class WasmSandbox:
         # references to store and instance until it unwinds; later calls see `disposed`.
         self._store = None
         self._instance = None
+        self._exports = None
         sockets, self._sockets = self._sockets, {}
         for sock in sockets.values():
             sock.close()
@@ -256,20 +289,23 @@ class WasmSandbox:
         out: Callable[[bytes], None] | None,
         err: Callable[[bytes], None] | None,
     ) -> tuple[wasmtime.Store, wasmtime.Instance]:
-        eng = _engine.engine()
-        store = wasmtime.Store(eng)
-        wasi = wasmtime.WasiConfig()
-        # Nothing is inherited: argv/env/stdio are only what the host passes.
-        wasi.argv = list(argv)
-        if stdin is not None:
-            wasi.stdin_file = stdin
-        if out is not None:
-            wasi.stdout_custom = out
-        if err is not None:
-            wasi.stderr_custom = err
-        for p in self._preopens:
-            wasi.preopen_dir(str(p.host), p.guest, p.writable)
-        store.set_wasi(wasi)
+        store = wasmtime.Store(_engine.engine())
+        if self._imports_wasi:
+            # Nothing is inherited: argv/env/stdio are only what the host passes (a fresh
+            # WasiConfig has no argv, env, stdio or preopens). A module that imports no WASI
+            # gets no WASI context at all.
+            wasi = wasmtime.WasiConfig()
+            if argv:
+                wasi.argv = list(argv)
+            if stdin is not None:
+                wasi.stdin_file = stdin
+            if out is not None:
+                wasi.stdout_custom = out
+            if err is not None:
+                wasi.stderr_custom = err
+            for p in self._preopens:
+                wasi.preopen_dir(str(p.host), p.guest, p.writable)
+            store.set_wasi(wasi)
         limit = self._policy.budgets.memory_mb
         if limit is not None:
             store.set_limits(memory_size=limit * 1024 * 1024)
@@ -279,7 +315,7 @@ class WasmSandbox:
         previous = getattr(_current, "sb", None)
         _current.sb = self
         try:
-            instance = _shared_linker(eng).instantiate(store, self._module)
+            instance = self._pre.instantiate(store)
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
             raise _engine.translate(exc, during="instantiate") from exc
         finally:
@@ -312,19 +348,25 @@ class WasmSandbox:
             self._check_alive()
             store, instance = self._store, self._instance
             assert store is not None and instance is not None
-            func = instance.exports(store).get(export)
+            exports = self._exports
+            if exports is None:
+                exports = self._exports = instance.exports(store)
+            func = exports.get(export)
             if not isinstance(func, wasmtime.Func):
                 raise SuaveplanError(
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": export}
                 )
+            memory = exports.get("memory")
             watch = self._arm_deadline(store)
             _current.sb = self
+            self.guest_memory = memory if isinstance(memory, wasmtime.Memory) else None
             try:
                 return func(store, *args)
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
                 raise self._guest_failure(exc, store, instance, watch) from exc
             finally:
                 _current.sb = None
+                self.guest_memory = None
                 self._disarm()
 
     def _run_sync(self, argv: tuple[str, ...], stdin: bytes) -> RunResult:
@@ -336,14 +378,17 @@ class WasmSandbox:
             store, instance = self._instantiate(
                 argv=argv, stdin=fh.name, out=out.extend, err=err.extend
             )
-            start = instance.exports(store).get("_start")
+            exports = instance.exports(store)
+            start = exports.get("_start")
             if not isinstance(start, wasmtime.Func):
                 raise SuaveplanError(
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": "_start"}
                 )
+            memory = exports.get("memory")
             watch = self._arm_deadline(store)
             code = 0
             _current.sb = self
+            self.guest_memory = memory if isinstance(memory, wasmtime.Memory) else None
             try:
                 start(store)
             except wasmtime.ExitTrap as exc:
@@ -354,8 +399,9 @@ class WasmSandbox:
                 raise self._guest_failure(exc, store, instance, watch) from exc
             finally:
                 _current.sb = None
+                self.guest_memory = None
                 self._disarm()
-                del store, instance
+                del store, instance, exports, memory
             return RunResult(exit_code=code, stdout=bytes(out), stderr=bytes(err))
 
     def _guest_failure(
@@ -409,6 +455,18 @@ class WasmSandbox:
 
     def _on_loop(self, coro: Coroutine[Any, Any, object]) -> object:
         try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            # A start function runs during create, on the loop's own thread: blocking on the
+            # loop here would deadlock it. Fail closed; sync adapters still work there.
+            coro.close()
+            raise SuaveplanError(
+                "SAND_ADAPTER_FAILED",
+                "an async adapter cannot be awaited while the module is being instantiated",
+            )
+        try:
             fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         except RuntimeError:  # the loop is closed: the host is gone
             coro.close()
@@ -433,14 +491,10 @@ async def create_wasm_sandbox(
     """Compile (cached) and instantiate the module under `policy`. See docs/wasm-abi.md."""
     sink: MetricsSink = metrics if metrics is not None else InMemoryMetrics()
     checker = PermissionChecker(policy, plugin=plugin_name, metrics=sink)
-    try:
-        wasm = Path(wasm_module_path).read_bytes()
-    except OSError as exc:
-        raise SuaveplanError(
-            "SAND_WASM_INSTANTIATION_FAILED", "the module file could not be read", {"stage": "read"}
-        ) from exc
-    module = _engine.load_module(wasm, cache_dir=Path(cache_dir) if cache_dir is not None else None)
-    _engine.check_imports(module)
+    module = _engine.load_module_file(
+        wasm_module_path, cache_dir=Path(cache_dir) if cache_dir is not None else None
+    )
+    imports_wasi = _engine.check_imports(module)
     preopens = resolve_preopens(policy, checker)
     denials: list[SuaveplanError] = []
 
@@ -480,6 +534,7 @@ async def create_wasm_sandbox(
     )
     return WasmSandbox(
         module=module,
+        imports_wasi=imports_wasi,
         policy=policy,
         gateway=gateway,
         preopens=preopens,
