@@ -33,12 +33,15 @@ class PluginBundle:
     digest: str
     entry: str
     modules: tuple[PluginModule, ...]
+    # False only in the test-only process-layer-alone run (see `load_plugin`).
+    interpreter_layer: bool = True
 
     def to_wire(self) -> dict[str, object]:
         return {
             "name": self.name,
             "digest": self.digest,
             "entry": self.entry,
+            "interpreter_layer": self.interpreter_layer,
             "modules": [
                 {
                     "name": m.name,
@@ -57,11 +60,13 @@ class PluginBundle:
             raise bad
         mods = data.get("modules")
         name, digest, entry = data.get("name"), data.get("digest"), data.get("entry")
+        layer = data.get("interpreter_layer", True)
         if not (
             isinstance(name, str)
             and isinstance(digest, str)
             and isinstance(entry, str)
             and isinstance(mods, list)
+            and isinstance(layer, bool)
         ):
             raise bad
         out = []
@@ -83,13 +88,19 @@ class PluginBundle:
                 raise bad
             out.append(PluginModule(name=mn, filename=fn, source=src, is_package=pkg))
         modules = tuple(out)
-        if _digest(modules) != digest or entry not in {m.name for m in modules}:
+        if _digest(modules, layer) != digest or entry not in {m.name for m in modules}:
             raise bad
-        return cls(name=name, digest=digest, entry=entry, modules=modules)
+        return cls(
+            name=name, digest=digest, entry=entry, modules=modules, interpreter_layer=layer
+        )
 
 
-def _digest(modules: tuple[PluginModule, ...]) -> str:
+def _digest(modules: tuple[PluginModule, ...], interpreter_layer: bool = True) -> str:
     h = hashlib.sha256()
+    if not interpreter_layer:
+        # A distinct cache key: the fork server must never serve an unchecked compilation
+        # for a checked request of the same source.
+        h.update(b"process-layer-only\0")
     for m in sorted(modules, key=lambda m: m.name):
         for part in (m.name, m.filename, m.source, "1" if m.is_package else "0"):
             b = part.encode()
@@ -135,7 +146,16 @@ def resolve_import(  # noqa: PLR0917
     raise LookupError("." * level + module)
 
 
-def load_plugin(plugin_module_path: str | os.PathLike[str]) -> PluginBundle:
+def load_plugin(
+    plugin_module_path: str | os.PathLike[str], *, _without_interpreter_layer: bool = False
+) -> PluginBundle:
+    """Read and check a plugin.
+
+    `_without_interpreter_layer` is test-only (the escape corpus's process-layer-alone run):
+    no AST or import check, and the worker runs the source with the real builtins. Only the
+    host's own `create_vm_sandbox(_test_without_interpreter_layer=True)` passes it; nothing a
+    plugin or a manifest controls reaches it.
+    """
     path = Path(plugin_module_path)
     modules: list[PluginModule] = []
     if path.is_dir():
@@ -178,10 +198,14 @@ def load_plugin(plugin_module_path: str | os.PathLike[str]) -> PluginBundle:
             {"file": str(path)},
         )
     known = {m.name for m in modules}
-    for m in modules:
-        check_plugin_module(m, known, top)
+    layer = not _without_interpreter_layer
+    if layer:
+        for m in modules:
+            check_plugin_module(m, known, top)
     mods = tuple(modules)
-    return PluginBundle(name=top, digest=_digest(mods), entry=entry, modules=mods)
+    return PluginBundle(
+        name=top, digest=_digest(mods, layer), entry=entry, modules=mods, interpreter_layer=layer
+    )
 
 
 def check_plugin_module(m: PluginModule, known: set[str], top: str) -> ast.Module:

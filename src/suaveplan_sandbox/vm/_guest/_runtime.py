@@ -7,12 +7,18 @@ plain attribute access (`__getattribute__` serves only the curated mapping).
 
 from __future__ import annotations
 
+import ast
 import builtins as _b
+import contextlib
+import dataclasses as _dataclasses
 import functools
 import importlib
 import json as _json
+import sys
 import types
-from collections.abc import Callable, Mapping
+import typing as _typing
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
@@ -26,6 +32,9 @@ from suaveplan_sandbox.vm._guest._policy import (
     is_forbidden_attr,
     norm,
 )
+from suaveplan_sandbox.vm._guest._policy import __file__ as _policy_file
+from suaveplan_sandbox.vm._guest._seal import seal_shared_classes
+from suaveplan_sandbox.vm._hardening import arm_cpu_backstop, hardening_was_applied
 
 _MAX_DEPTH: Final = 64
 # Reachable through a module facade, these would evaluate strings or run subprocesses.
@@ -146,6 +155,8 @@ class Facade:
 
 
 _MODULE_FACADES: dict[str, Facade] = {}
+# id(facade) -> the real module it stands for; read only by trusted code (dataclasses).
+_FACADE_MODULES: dict[int, types.ModuleType] = {}
 
 
 def _check_wrapper_args(wrapper: object, assigned: Any, updated: Any) -> None:
@@ -185,8 +196,147 @@ def _g_wraps(
     return decorate
 
 
+# What the plugin itself created (classes through `__build_class__`, its modules): their
+# `_private` attributes are the plugin's own, so guarded getattr() serves them as plain
+# `obj._x` syntax does. Foreign objects keep refusing them.
+_PLUGIN_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
+_PLUGIN_MODULES: weakref.WeakValueDictionary[str, types.ModuleType] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _is_plugin_owned(obj: object) -> bool:
+    if isinstance(obj, types.ModuleType):
+        return _PLUGIN_MODULES.get(obj.__name__) is obj
+    t = _b.type(obj)
+    cls = obj if issubclass(t, _b.type) else t
+    assert isinstance(cls, _b.type)
+    return any(c in _PLUGIN_CLASSES for c in cls.__mro__)
+
+
+def _build_class(func: Callable[..., object], name: str, *bases: object, **kw: object) -> object:
+    cls = _b.__build_class__(func, name, *bases, **kw)
+    if isinstance(cls, _b.type):
+        _PLUGIN_CLASSES.add(cls)
+    return cls
+
+
+@contextlib.contextmanager
+def _plugin_module_visible(cls: object) -> Iterator[None]:
+    """Let `dataclasses` find the plugin's module in sys.modules while it decorates `cls`.
+
+    dataclasses resolves string annotations (ClassVar/InitVar) through
+    `sys.modules[cls.__module__]`; plugin modules are never left there (a later lazy import
+    of the same name by trusted code would get plugin code). A name that a real module has
+    or could have is never shadowed, not even for the duration of the call.
+    """
+    name = getattr(cls, "__module__", None)
+    mod = _PLUGIN_MODULES.get(name) if isinstance(name, str) else None
+    if (
+        mod is None
+        or not isinstance(cls, _b.type)
+        or cls not in _PLUGIN_CLASSES
+        or name in sys.modules
+        or str(name).split(".")[0] in sys.stdlib_module_names
+    ):
+        yield
+        return
+    # What dataclasses reads: the plugin's globals with each module facade swapped for the
+    # module it stands for (`"typing.ClassVar[int]"` is recognised by module identity). Only
+    # trusted code reads sys.modules; the plugin's own globals are untouched.
+    view = types.ModuleType(str(name))
+    view.__dict__.update(
+        {
+            k: _FACADE_MODULES.get(id(v), v) if isinstance(v, Facade) else v
+            for k, v in vars(mod).items()
+        }
+    )
+    sys.modules[str(name)] = view
+    try:
+        yield
+    finally:
+        if sys.modules.get(str(name)) is view:
+            del sys.modules[str(name)]
+
+
+def _g_dataclass(cls: object = None, /, **kwargs: Any) -> object:
+    def wrap(c: object) -> object:
+        with _plugin_module_visible(c):
+            out = _dataclasses.dataclass(c, **kwargs)  # type: ignore[call-overload]
+        if isinstance(out, _b.type) and isinstance(c, _b.type) and c in _PLUGIN_CLASSES:
+            _PLUGIN_CLASSES.add(out)  # slots=True builds a new class
+        return out
+
+    return wrap if cls is None else wrap(cls)
+
+
+# Dunder members a runtime_checkable Protocol may declare: special methods whose presence is
+# already observable through ordinary operations (len(), iter(), with, calls, arithmetic).
+# Anything else (`__globals__`, `__wrapped__`, `_private`...) would make isinstance() an
+# attribute-existence oracle on foreign objects, run by typing with the real hasattr().
+PROTOCOL_MEMBERS_ALLOWED: Final = frozenset(
+    {
+        *(f"__{n}__" for n in ("call", "len", "iter", "next", "reversed", "contains")),
+        *(f"__{n}__" for n in ("getitem", "setitem", "delitem", "missing", "hash", "bool")),
+        *(f"__{n}__" for n in ("int", "float", "complex", "bytes", "index", "abs", "round")),
+        *(f"__{n}__" for n in ("enter", "exit", "aenter", "aexit", "aiter", "anext", "await")),
+        *(f"__{n}__" for n in ("str", "repr", "format", "eq", "ne", "lt", "le", "gt", "ge")),
+        *(f"__{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow")),
+        *(f"__{n}__" for n in ("neg", "pos", "invert", "and", "or", "xor", "init")),
+    }
+)
+
+
+def check_protocol_members(cls: object) -> None:
+    if not isinstance(cls, _b.type) or not getattr(cls, "_is_protocol", False):
+        return
+    attrs = _typing._get_protocol_attrs(cls)  # type: ignore[attr-defined]
+    for attr in attrs:
+        n = norm(str(attr))
+        if (n.startswith("_") or is_forbidden_attr(n)) and n not in PROTOCOL_MEMBERS_ALLOWED:
+            raise SuaveplanError(
+                "SAND_VM_ATTRIBUTE_FORBIDDEN",
+                "a Protocol checked at runtime may only declare public members",
+            )
+
+
+def _g_runtime_checkable(cls: object) -> object:
+    check_protocol_members(cls)
+    return _typing.runtime_checkable(cls)  # type: ignore[type-var]
+
+
+_PROTOCOL_GUARD_INSTALLED = False
+
+
+def install_protocol_guard() -> None:
+    """Worker-only: isinstance/issubclass against any Protocol checks its members first.
+
+    `runtime_checkable` is guarded in the facade, but a class body can set
+    `_is_runtime_protocol = True` itself; the metaclass is where typing's hasattr() runs.
+    """
+    global _PROTOCOL_GUARD_INSTALLED  # noqa: PLW0603 - once per worker process
+    if _PROTOCOL_GUARD_INSTALLED:
+        return
+    meta: Any = _b.type(_typing.Protocol)
+    inst, sub = meta.__instancecheck__, meta.__subclasscheck__
+
+    def instancecheck(cls: object, instance: object) -> bool:
+        check_protocol_members(cls)
+        return bool(inst(cls, instance))
+
+    def subclasscheck(cls: object, other: object) -> bool:
+        check_protocol_members(cls)
+        return bool(sub(cls, other))
+
+    meta.__instancecheck__ = instancecheck
+    meta.__subclasscheck__ = subclasscheck
+    _PROTOCOL_GUARD_INSTALLED = True
+
+
 _GUARDED_MEMBERS: Final[dict[str, dict[str, object]]] = {
     "functools": {"update_wrapper": _g_update_wrapper, "wraps": _g_wraps},
+    "dataclasses": {"dataclass": _g_dataclass},
+    "typing": {"runtime_checkable": _g_runtime_checkable},
 }
 
 
@@ -209,6 +359,7 @@ def module_facade(name: str) -> Facade:
             content = {k: content[k] for k in ("StringIO", "BytesIO")}
         content.update(_GUARDED_MEMBERS.get(name, {}))
         facade = Facade(name, content)
+        _FACADE_MODULES[id(facade)] = mod
     _MODULE_FACADES[name] = facade
     return facade
 
@@ -223,11 +374,11 @@ def _rejected(code: str) -> Callable[..., NoReturn]:
 _indirect = _rejected("SAND_VM_INDIRECT_EVAL_REJECTED")
 
 
-def _check_name(name: object) -> str:
+def _check_name(name: object, owner: object) -> str:
     if not isinstance(name, str):
         raise TypeError("attribute name must be a string")
     n = norm(name)
-    if n.startswith("_") or is_forbidden_attr(n):
+    if is_forbidden_attr(n) or (n.startswith("_") and not _is_plugin_owned(owner)):
         raise SuaveplanError("SAND_VM_ATTRIBUTE_FORBIDDEN", "attribute access is not allowed")
     return n
 
@@ -257,7 +408,7 @@ _MISSING = object()
 
 
 def _g_getattr(obj: object, name: object, default: object = _MISSING) -> object:
-    n = _check_name(name)
+    n = _check_name(name, obj)
     if n in ("format", "format_map"):
         return _guarded_format(obj, n)
     if default is _MISSING:
@@ -274,11 +425,11 @@ def _g_hasattr(obj: object, name: object) -> bool:
 
 
 def _g_setattr(obj: object, name: object, value: object) -> None:
-    setattr(obj, _check_name(name), value)
+    setattr(obj, _check_name(name, obj), value)
 
 
 def _g_delattr(obj: object, name: object) -> None:
-    delattr(obj, _check_name(name))
+    delattr(obj, _check_name(name, obj))
 
 
 def _g_type(*args: object) -> object:
@@ -290,6 +441,26 @@ def _g_type(*args: object) -> object:
     if t in _DANGEROUS_TYPES or t is Facade or issubclass(t, type):
         raise SuaveplanError("SAND_VM_INDIRECT_EVAL_REJECTED", "that type is not available")
     return t
+
+
+class _GuardedTypeMeta(type):
+    """`type` for guests: one-argument calls are guarded; isinstance/issubclass work."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, _b.type)
+
+    def __subclasscheck__(cls, sub: object) -> bool:
+        return isinstance(sub, _b.type) and issubclass(sub, _b.type)
+
+    def __call__(cls, *args: object) -> object:
+        return _g_type(*args)
+
+    def __repr__(cls) -> str:
+        return "<class 'type'>"
+
+
+class GuardedType(metaclass=_GuardedTypeMeta):
+    __slots__ = ()
 
 
 def _direct_eval(*args: object, **kwargs: object) -> NoReturn:
@@ -310,18 +481,30 @@ class CompiledBundle:
     digest: str
     entry: str
     modules: Mapping[str, CompiledModule]
+    interpreter_layer: bool = True
 
 
 def compile_bundle(bundle: PluginBundle) -> CompiledBundle:
-    """Re-check every module (never trust the wire) and compile it."""
+    """Re-check every module (never trust the wire) and compile it.
+
+    A bundle loaded for the test-only process-layer-alone run is compiled unchecked.
+    """
     known = {m.name for m in bundle.modules}
     top = bundle.entry.split(".")[0]
     out: dict[str, CompiledModule] = {}
     for m in bundle.modules:
-        tree = check_plugin_module(m, known, top)
-        code = compile(tree, m.filename, "exec", dont_inherit=True)
+        source: ast.Module | str = (
+            check_plugin_module(m, known, top) if bundle.interpreter_layer else m.source
+        )
+        code = compile(source, m.filename, "exec", dont_inherit=True)
         out[m.name] = CompiledModule(m.name, m.filename, m.is_package, code)
-    return CompiledBundle(bundle.name, bundle.digest, bundle.entry, types.MappingProxyType(out))
+    return CompiledBundle(
+        bundle.name,
+        bundle.digest,
+        bundle.entry,
+        types.MappingProxyType(out),
+        bundle.interpreter_layer,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +519,30 @@ class Response:
 
     def json(self) -> object:
         return _json.loads(self.body)
+
+
+# Codes the worker runtime's own guards raise (facades, guarded builtins, format checks,
+# import gate, result encoding). A plugin may catch and re-raise one of those; any other
+# SuaveplanError leaving plugin code is the plugin's own unless the host sent exactly it.
+RUNTIME_ISSUED_CODES: Final = frozenset(
+    {
+        "SAND_VM_ATTRIBUTE_FORBIDDEN",
+        "SAND_VM_EVAL_REJECTED",
+        "SAND_VM_GLOBALS_FROZEN",
+        "SAND_VM_INDIRECT_EVAL_REJECTED",
+        "SAND_VM_MODULE_IMPORT_FORBIDDEN",
+        "SAND_VM_NAME_UNAVAILABLE",
+        "SAND_VM_RESULT_INVALID",
+    }
+)
+_RUNTIME_FILES: Final = frozenset({__file__, _policy_file})
+
+
+def _raised_by_runtime(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename in _RUNTIME_FILES
 
 
 def validate_result(value: object, _depth: int = 0) -> object:
@@ -376,17 +583,26 @@ class GuestRuntime:
         self._modules: dict[str, types.ModuleType] = {}
         self._handlers: dict[str, list[Callable[[object], object]]] = {}
         self._builtins: dict[str, object] = {}
+        self._host_errors: dict[int, tuple[SuaveplanError, dict[str, Any]]] = {}
         self._started = False
 
     # -- building -----------------------------------------------------------------------
     def _suaveplan(self) -> Facade:
         raw_call = self._host_call
+        issued = self._host_errors
 
         def hc(cap: str, op: str, args: dict[str, object]) -> object:
             # Only plain data reaches the wire encoder: never a guest-defined object.
             plain = validate_result(args)
             assert isinstance(plain, dict)
-            return raw_call(cap, op, plain)
+            try:
+                return raw_call(cap, op, plain)
+            except SuaveplanError as exc:
+                # The host's own answer: remembered by identity with its wire form as it
+                # arrived, so what leaves the plugin later is the host's error, not a copy
+                # the plugin edited or forged.
+                issued[id(exc)] = (exc, exc.to_wire())
+                raise
 
         def read_bytes(path: str) -> bytes:
             return hc("fs", "read_bytes", {"path": path})  # type: ignore[return-value]
@@ -517,17 +733,39 @@ class GuestRuntime:
                 "hasattr": _g_hasattr,
                 "setattr": _g_setattr,
                 "delattr": _g_delattr,
-                "type": _g_type,
+                "type": GuardedType,
                 "eval": _indirect,
                 "exec": _indirect,
                 "compile": _indirect,
                 DIRECT_EVAL: _direct_eval,
                 GUARD_FORMAT: _guarded_format,
-                "__build_class__": _b.__build_class__,
+                "__build_class__": _build_class,
                 "__import__": self._import,
                 "__name__": "builtins",
             }
         )
+        return b
+
+    def _make_unrestricted_builtins(self) -> dict[str, object]:
+        """Test-only (process-layer-alone run): the real builtins, as an escaped guest has."""
+        b = dict(vars(_b))
+        b["print"] = self._make_builtins()["print"]
+        real_import = _b.__import__
+
+        def import_(
+            name: str,
+            globals: Mapping[str, object] | None = None,
+            locals: object = None,
+            fromlist: tuple[str, ...] | None = (),
+            level: int = 0,
+        ) -> object:
+            if level == 0 and name == "suaveplan":
+                return self._builtins["__sp_suaveplan__"]
+            if level > 0:
+                return self._import(name, globals, locals, fromlist, level)
+            return real_import(name, globals, locals, fromlist or (), level)  # type: ignore[arg-type]
+
+        b["__import__"] = import_
         return b
 
     def _import(
@@ -578,6 +816,7 @@ class GuestRuntime:
         g["__package__"] = name if cm.is_package else name.rpartition(".")[0]
         g["__file__"] = cm.filename
         self._modules[name] = mod
+        _PLUGIN_MODULES[name] = mod
         try:
             exec(cm.code, g)  # noqa: S102 -- the plugin's own checked code, compiled in this worker
         except BaseException:
@@ -588,17 +827,35 @@ class GuestRuntime:
     def start(self) -> None:
         if self._started:
             return
-        self._builtins = self._make_builtins()
+        if self._compiled.interpreter_layer:
+            self._builtins = self._make_builtins()
+            if hardening_was_applied():
+                # Only in a forked worker: both are irreversible and process-wide.
+                install_protocol_guard()
+                seal_shared_classes()
+        else:
+            self._log("warning", "in-interpreter layer OFF: test-only process-layer run")
+            self._builtins = self._make_unrestricted_builtins()
         self._builtins["__sp_suaveplan__"] = self._suaveplan()
         self._started = True
+        arm_cpu_backstop()
         self._guarded(lambda: self._load(self._compiled.entry))
 
     # -- calling ------------------------------------------------------------------------
     def _guarded(self, fn: Callable[[], object]) -> object:
         try:
             return fn()
-        except SuaveplanError:
-            raise
+        except SuaveplanError as exc:
+            host = self._host_errors.get(id(exc))
+            if host is not None and host[0] is exc:
+                raise SuaveplanError.from_wire(host[1]) from None
+            if exc.code in RUNTIME_ISSUED_CODES and _raised_by_runtime(exc):
+                raise
+            raise SuaveplanError(
+                "SAND_VM_PLUGIN_ERROR",
+                "the plugin raised an error with a code only the sandbox issues",
+                {"type": "SuaveplanError", "claimed_code": str(exc.code)[:128]},
+            ) from None
         except NameError as exc:
             raise SuaveplanError(
                 "SAND_VM_NAME_UNAVAILABLE",
@@ -615,6 +872,8 @@ class GuestRuntime:
     def call(self, name: str, args: list[object], kwargs: dict[str, object]) -> object:
         if not self._started:
             self.start()
+        self._host_errors.clear()
+        arm_cpu_backstop()
         entry = self._modules[self._compiled.entry]
         fn = entry.__dict__.get(name) if isinstance(name, str) else None
         if (
@@ -632,5 +891,7 @@ class GuestRuntime:
         return sorted(self._handlers)
 
     def deliver(self, topic: str, payload: object) -> None:
+        self._host_errors.clear()
+        arm_cpu_backstop()
         for handler in list(self._handlers.get(topic, ())):
             self._guarded(lambda h=handler: h(payload))  # type: ignore[misc]

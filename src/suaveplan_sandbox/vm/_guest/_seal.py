@@ -1,0 +1,124 @@
+"""Worker-only interpreter sealing: shared classes become immutable before plugin code runs.
+
+Why: facades hand the guest real classes (`dataclasses.Field`, `json.JSONEncoder`,
+`enum.Enum`, `SuaveplanError`, ...), and a plain `Cls.attr = value` statement needs no guarded
+builtin. The worker's own trusted code uses several of them after the plugin has run: it
+serialises errors with `SuaveplanError.to_wire`, builds protocol dataclasses, decodes fetch
+bodies with `json`. A patched method would run guest code inside those paths and let the
+guest choose what the trusted code sends. Copying every class would break `isinstance`
+against values made by the stdlib, so instead every pure-Python class in the modules the
+guest or the worker's trusted code can reach gets CPython's `Py_TPFLAGS_IMMUTABLETYPE`
+(the flag static types such as `int` carry): `type.__setattr__`/`__delattr__` then raise
+`TypeError` for everyone in this process. Classes the plugin defines later are unaffected.
+
+Irreversible and process-wide, so it runs only in a forked worker (never in the host or a
+test process): `GuestRuntime.start` calls `seal_shared_classes` when hardening was applied.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from collections.abc import Iterable
+from typing import Final
+
+_IMMUTABLETYPE: Final = 1 << 8
+_HEAPTYPE: Final = 1 << 9
+# x86_64/aarch64 CPython 3.11-3.13: tp_flags follows 21 pointer-sized PyTypeObject fields.
+_TP_FLAGS_OFFSET: Final = 21 * ctypes.sizeof(ctypes.c_void_p)
+
+# Module name prefixes whose classes are sealed: the facade modules (and their submodules,
+# e.g. json.decoder), what they are built on, and everything the worker's own code runs.
+SEALED_MODULE_PREFIXES: Final = (
+    "json",
+    "math",
+    "cmath",
+    "re",
+    "datetime",
+    "_pydatetime",
+    "decimal",
+    "_pydecimal",
+    "fractions",
+    "numbers",
+    "statistics",
+    "random",
+    "itertools",
+    "functools",
+    "collections",
+    "_collections_abc",
+    "dataclasses",
+    "enum",
+    "typing",
+    "abc",
+    "textwrap",
+    "base64",
+    "binascii",
+    "hashlib",
+    "hmac",
+    "uuid",
+    "csv",
+    "io",
+    "_pyio",
+    "urllib",
+    "string",
+    "types",
+    "unicodedata",
+    "socket",
+    "selectors",
+    "msgpack",
+    "suaveplan_sandbox",
+)
+
+
+def _flags_address(cls: type) -> int:
+    return id(cls) + _TP_FLAGS_OFFSET
+
+
+def _classes_in(module_names: Iterable[str]) -> list[type]:
+    seen: dict[int, type] = {}
+    for name in module_names:
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        for value in list(vars(mod).values()):
+            if isinstance(value, type):
+                for cls in (*value.__mro__, type(value)):
+                    seen.setdefault(id(cls), cls)
+    return list(seen.values())
+
+
+def _sealed_modules() -> list[str]:
+    return [
+        name
+        for name in list(sys.modules)
+        if any(name == p or name.startswith(p + ".") for p in SEALED_MODULE_PREFIXES)
+    ]
+
+
+def is_sealed(cls: type) -> bool:
+    return bool(cls.__flags__ & _IMMUTABLETYPE)
+
+
+def seal_shared_classes() -> int:
+    """Mark every heap class in the sealed modules immutable; returns how many changed.
+
+    Raises RuntimeError (the worker then exits before any plugin code runs) if this
+    interpreter's type layout is not the one the offset was written for.
+    """
+    if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13):
+        raise RuntimeError("class sealing supports CPython 3.11-3.13 only")
+    pythonapi = ctypes.pythonapi
+    pythonapi.PyType_Modified.argtypes = (ctypes.py_object,)
+    pythonapi.PyType_Modified.restype = None
+    changed = 0
+    for cls in _classes_in(_sealed_modules()):
+        flags = cls.__flags__
+        if not flags & _HEAPTYPE or flags & _IMMUTABLETYPE:
+            continue
+        cell = ctypes.c_ulong.from_address(_flags_address(cls))
+        if cell.value != flags:
+            raise RuntimeError(f"unexpected type layout for {cls!r}; refusing to run unsealed")
+        cell.value = flags | _IMMUTABLETYPE
+        pythonapi.PyType_Modified(cls)
+        changed += 1
+    return changed
