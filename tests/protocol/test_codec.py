@@ -51,7 +51,7 @@ messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(HostFailure, id=ids, error=maps),
     st.builds(Log, level=st.sampled_from(["debug", "info", "warning", "error"]), text=st.text()),
     st.builds(Ready, hardening=maps, subscriptions=st.lists(names, max_size=3)),
-    st.builds(Event, topic=names, payload=plain),
+    st.builds(Event, id=ids, topic=names, subscription=names, payload=plain),
     st.builds(Load, digest=names, bundle=maps),
 )
 

@@ -169,14 +169,23 @@ class Log(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event(Message):
-    """Host → worker: deliver `payload` on `topic` to the plugin's subscribers."""
+    """Host → worker: delivery `id` of `payload` on `topic` to the handlers of `subscription`.
+
+    `subscription` is the pattern the plugin subscribed with (its handlers are keyed by it);
+    `topic` is the published topic the host checked. The worker answers with `Result`/`Failure`
+    of the same id, so a delivery is timed and budgeted like a call.
+    """
 
     TYPE: ClassVar[str] = "event"
+    id: int
     topic: str
+    subscription: str
     payload: object
 
     def __post_init__(self) -> None:
+        _check_id(self.id)
         _check_name(self.topic, "topic")
+        _check_name(self.subscription, "subscription")
 
 
 MESSAGE_TYPES: Final[dict[str, type[Message]]] = {

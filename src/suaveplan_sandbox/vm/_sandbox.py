@@ -1,20 +1,25 @@
 """`VmSandbox`: one hardened worker process per sandbox, served over a socketpair.
 
 Theory of operation: `create_vm_sandbox` checks the plugin on the host (`load_plugin`),
-asks the fork server for a worker and waits for `Ready`. A dedicated `loop.add_reader`
-callback decodes worker frames: results resolve the pending call; host calls run through the
-Gateway as tasks and are answered; anything else kills the worker. Calls are serialised per
-sandbox (the worker is single-threaded); while one runs, a watchdog samples the worker's CPU
-and RSS and the call's wall clock through the `BudgetTracker`.
+asks the fork server for a worker and waits for `Ready`. The worker is single-threaded, so
+the host runs one *job* at a time — a plugin call or an event delivery — and queues the rest
+in FIFO order. A `loop.add_reader` callback decodes worker frames and resolves the job's
+future directly; the next queued job is sent from the same callback, so a call costs one
+future and no task. Host calls made during a job run through the Gateway as tasks bound to
+that job (a reply never reaches a later job). Budgets cost nothing per call unless set: the
+wall clock is one `loop.call_later` timer per job, CPU and RSS a sampling timer that runs
+only while a job is in flight (plus a sample at a job's end when one is due, so calls
+shorter than the interval cannot hide CPU). Writes are non-blocking with a bounded buffer:
+a worker that stops reading cannot stall the host's loop.
 
 Lifecycle (state, event) -> state; any unexpected exception moves to CRASHED:
 
     STARTING  --ready-->        IDLE
     STARTING  --eof/bad frame-> CRASHED
-    IDLE      --call-->         CALLING
-    CALLING   --result-->       IDLE
-    CALLING   --budget breach-> CRASHED (call raises BUDGET_EXCEEDED)
-    IDLE|CALLING --eof/bad frame--> CRASHED (call raises SAND_VM_WORKER_CRASHED)
+    IDLE      --call-->         CALLING   (a call or an event delivery is sent)
+    CALLING   --result-->       IDLE      (then the next queued job, if any, is sent)
+    CALLING   --budget breach-> CRASHED (the job raises BUDGET_EXCEEDED)
+    IDLE|CALLING --eof/bad frame--> CRASHED (jobs raise SAND_VM_WORKER_CRASHED)
     any       --dispose-->      DISPOSED (terminal; use raises SAND_VM_DISPOSED)
     CRASHED   --dispose-->      DISPOSED
 """
@@ -29,12 +34,15 @@ import os
 import signal
 import socket
 import threading
+from collections import deque
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, final
 
 import psutil
 
 from suaveplan_sandbox.adapters import Adapters, BeneathRootFs
+from suaveplan_sandbox.adapters._protocols import EventHandler
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import InMemoryMetrics, MetricsSink
@@ -42,10 +50,12 @@ from suaveplan_sandbox.permissions import (
     BudgetTracker,
     Clock,
     Deny,
+    DenyReason,
     PermissionChecker,
     PermissionPolicy,
     budget_error,
 )
+from suaveplan_sandbox.permissions._topic_rules import topic_matches
 from suaveplan_sandbox.protocol import (
     NEED_DATA,
     Call,
@@ -74,6 +84,9 @@ _T = TypeVar("_T")
 INTERPRETER_SLACK_BYTES: Final = 512 * 1024 * 1024
 SAMPLE_INTERVAL_S: Final = 0.02
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+# A worker that stops reading while the host has this much queued for it is killed.
+MAX_OUTBOUND_BYTES: Final = 4 * DEFAULT_MAX_FRAME_BYTES
+_RECV_BYTES: Final = 262144
 
 
 # Codes only the host may produce: a worker claiming one is lying (a plugin can construct any
@@ -87,16 +100,34 @@ HOST_ONLY_CODES: Final = frozenset(
         "SAND_VM_HARDENING_UNAVAILABLE",
     }
 )
+# Codes the host produces for a request the worker made: genuine only if the gateway really
+# answered a request of this job that way.
+_DENIED: Final = "SAND_PERM_DENIED"
 
 
-def _recode_guest_error(err: SuaveplanError) -> SuaveplanError:
-    if err.code not in HOST_ONLY_CODES:
-        return err
+def _claimed(code: str) -> SuaveplanError:
     return SuaveplanError(
         "SAND_VM_PLUGIN_ERROR",
         "the plugin raised an error with a host-reserved code",
-        {"type": "SuaveplanError", "claimed_code": err.code},
+        {"type": "SuaveplanError", "claimed_code": code},
     )
+
+
+def _recode_guest_error(
+    err: SuaveplanError, denials: frozenset[tuple[str, str]] = frozenset()
+) -> SuaveplanError:
+    """A worker-reported error as the host will believe it.
+
+    Host-only codes are always re-coded. A permission denial is believed only if the gateway
+    denied a request of the same job with the same capability and reason.
+    """
+    if err.code in HOST_ONLY_CODES:
+        return _claimed(err.code)
+    if err.code == _DENIED:
+        key = (str(err.details.get("capability")), str(err.details.get("reason")))
+        if key not in denials:
+            return _claimed(err.code)
+    return err
 
 
 class _State(enum.Enum):
@@ -124,6 +155,18 @@ def _crashed(why: str) -> SuaveplanError:
     return SuaveplanError("SAND_VM_WORKER_CRASHED", "the worker process died", {"why": why})
 
 
+@dataclass(eq=False, slots=True)
+class _Job:
+    """One unit of worker time: a plugin call (`fut` set) or an event delivery (`fut` None)."""
+
+    id: int
+    frame: bytes
+    fut: asyncio.Future[Any] | None
+    topic: str = ""
+    # (capability, reason) of every request the gateway denied during this job.
+    denials: set[tuple[str, str]] = field(default_factory=set)
+
+
 @final
 class VmSandbox:
     """A plugin running in its own hardened worker. Create with `create_vm_sandbox`."""
@@ -134,22 +177,30 @@ class VmSandbox:
         self._state = _S.STARTING
         self._loop = asyncio.get_running_loop()
         self._sock: socket.socket | None = None
+        self._fd = -1
         self._decoder = FrameDecoder(max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)
+        self._out = bytearray()
         self._pid = 0
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._job: _Job | None = None
+        self._waiting: deque[_Job] = deque()
         self._next_id = 0
         self._ready: asyncio.Future[Ready] = self._loop.create_future()
-        self._call_lock = asyncio.Lock()
         self._host_tasks: set[asyncio.Task[None]] = set()
         self._fatal: SuaveplanError | None = None
         self._hardening: HardeningReport | None = None
         self.denials: list[Deny] = []
         self.logs: list[tuple[str, str]] = []
+        self.events_delivered = 0
+        self.events_denied = 0
         self._gateway: Gateway
         self._tracker: BudgetTracker
         self._metrics: MetricsSink
         self._plugin = ""
-        self._budget_watch = False
+        self._wall_s: float | None = None
+        self._sampling = False
+        self._next_sample = 0.0
+        self._deadline: asyncio.TimerHandle | None = None
+        self._sampler: asyncio.TimerHandle | None = None
         self._proc: psutil.Process | None = None
         self._subscriptions: list[str] = []
         self._owned_fs: BeneathRootFs | None = None
@@ -192,9 +243,28 @@ class VmSandbox:
     def _close_sock(self) -> None:
         if self._sock is not None:
             with contextlib.suppress(Exception):
-                self._loop.remove_reader(self._sock.fileno())
+                self._loop.remove_reader(self._fd)
+            with contextlib.suppress(Exception):
+                self._loop.remove_writer(self._fd)
             self._sock.close()
             self._sock = None
+            self._out.clear()
+
+    def _stop_timers(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if self._sampler is not None:
+            self._sampler.cancel()
+            self._sampler = None
+
+    def _fail_jobs(self, err: SuaveplanError) -> None:
+        jobs = [self._job, *self._waiting] if self._job is not None else list(self._waiting)
+        self._job = None
+        self._waiting.clear()
+        for job in jobs:
+            if job.fut is not None and not job.fut.done():
+                job.fut.set_exception(err)
 
     def _crash(self, err: SuaveplanError, *, count: bool = True) -> None:
         if self._state in (_S.CRASHED, _S.DISPOSED):
@@ -209,13 +279,12 @@ class VmSandbox:
                 )
         self._kill()
         self._close_sock()
+        self._stop_timers()
+        self._tracker.end_call()
         self._gateway.close_nowait()
         if not self._ready.done():
             self._ready.set_exception(err)
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self._pending.clear()
+        self._fail_jobs(err)
 
     async def dispose(self) -> None:
         """Kill the worker, cancel in-flight adapter calls, close fds. Idempotent."""
@@ -224,14 +293,12 @@ class VmSandbox:
         self._state = _S.DISPOSED
         self._kill()
         self._close_sock()
+        self._stop_timers()
         err = SuaveplanError("SAND_VM_DISPOSED", "the sandbox was disposed")
         if not self._ready.done():
             self._ready.set_exception(err)
             self._ready.exception()
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self._pending.clear()
+        self._fail_jobs(err)
         await self._gateway.close()
         for task in list(self._host_tasks):
             task.cancel()
@@ -240,20 +307,48 @@ class VmSandbox:
             self._owned_fs = None
 
     # -- channel --------------------------------------------------------------------------
-    def _send(self, msg: Message) -> None:
-        assert self._sock is not None
+    def _write(self, data: bytes) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        if self._out:
+            if len(self._out) + len(data) > MAX_OUTBOUND_BYTES:
+                self._crash(_crashed("backpressure"))
+                return
+            self._out += data
+            return
         try:
-            self._sock.sendall(encode(msg))
-        except OSError as exc:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
             self._crash(_crashed("send"))
-            raise self._fatal or _crashed("send") from exc
+            return
+        if sent < len(data):
+            self._out += data[sent:]
+            self._loop.add_writer(self._fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            sent = sock.send(self._out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._crash(_crashed("send"))
+            return
+        del self._out[:sent]
+        if not self._out:
+            self._loop.remove_writer(self._fd)
 
     def _on_readable(self) -> None:
         sock = self._sock
         if sock is None:
             return
         try:
-            data = sock.recv(262144)
+            data = sock.recv(_RECV_BYTES)
         except BlockingIOError:
             return
         except OSError:
@@ -268,6 +363,8 @@ class VmSandbox:
             self._decoder.receive_data(data)
             while (msg := self._decoder.next_message()) is not NEED_DATA:
                 self._handle(msg)
+                if self._sock is None:
+                    return
         except ProtocolError as exc:
             self._crash(_crashed(f"wire:{exc.details.get('reason')}"))
         except SuaveplanError as exc:
@@ -278,20 +375,18 @@ class VmSandbox:
 
     def _handle(self, msg: Message) -> None:
         if isinstance(msg, Result | Failure):
-            fut = self._pending.pop(msg.id, None)
-            if fut is None:
+            job = self._job
+            if job is None or msg.id != job.id:
                 if isinstance(msg, Failure) and msg.id == 0 and not self._ready.done():
                     self._ready.set_exception(SuaveplanError.from_wire(msg.error))
                     return
                 raise _crashed("unexpected-reply")
-            if isinstance(msg, Result):
-                fut.set_result(msg.value)
-            else:
-                fut.set_exception(_recode_guest_error(SuaveplanError.from_wire(msg.error)))
+            self._finish(job, msg)
         elif isinstance(msg, HostCall):
-            if self._state is not _S.CALLING:
+            job = self._job
+            if job is None:
                 raise _crashed("hostcall-outside-call")
-            task = self._loop.create_task(self._serve_host_call(msg))
+            task = self._loop.create_task(self._serve_host_call(msg, job))
             self._host_tasks.add(task)
             task.add_done_callback(self._host_tasks.discard)
         elif isinstance(msg, Log):
@@ -302,91 +397,185 @@ class VmSandbox:
         else:
             raise _crashed("out-of-protocol")
 
-    async def _serve_host_call(self, msg: HostCall) -> None:
+    async def _serve_host_call(self, msg: HostCall, job: _Job) -> None:
         try:
             value = await self._gateway.dispatch(msg.capability, msg.operation, msg.args)
             reply: Message = HostReply(id=msg.id, value=value)
         except SuaveplanError as exc:
+            if exc.code == _DENIED:
+                job.denials.add(
+                    (str(exc.details.get("capability")), str(exc.details.get("reason")))
+                )
             reply = HostFailure(id=msg.id, error=exc.to_wire())  # type: ignore[arg-type]
         except asyncio.CancelledError:
             return
-        if self._sock is not None and self._state is _S.CALLING:
-            try:
-                self._sock.sendall(encode(reply))
-            except (OSError, ProtocolError):
-                self._crash(_crashed("send"))
+        if self._job is not job:
+            return  # the job ended (or the worker died) while the adapter ran
+        try:
+            frame = encode(reply)
+        except ProtocolError:
+            frame = encode(
+                HostFailure(
+                    id=msg.id,
+                    error=SuaveplanError(  # type: ignore[arg-type]
+                        "SAND_WIRE_ERROR", "the host reply could not be encoded"
+                    ).to_wire(),
+                )
+            )
+        self._write(frame)
 
-    async def _event(self, topic: str, payload: object) -> None:
-        if self._sock is not None and self._state in (_S.IDLE, _S.CALLING):
-            self._sock.sendall(encode(Event(topic=topic, payload=payload)))
+    # -- jobs -----------------------------------------------------------------------------
+    def _submit(self, job: _Job) -> None:
+        if self._job is None and self._state is _S.IDLE:
+            self._begin(job)
+        else:
+            self._waiting.append(job)
+
+    def _begin(self, job: _Job) -> None:
+        self._move("call")
+        self._job = job
+        self._tracker.start_call()
+        loop = self._loop
+        if self._wall_s is not None:
+            self._deadline = loop.call_later(self._wall_s, self._on_deadline)
+        if self._sampling:
+            self._sampler = loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
+        self._write(job.frame)
+
+    def _finish(self, job: _Job, msg: Result | Failure) -> None:
+        self._stop_timers()
+        if self._sampling and self._loop.time() >= self._next_sample and not self._sample():
+            return  # the sample breached a budget: the job failed with it
+        err: SuaveplanError | None = None
+        if isinstance(msg, Failure):
+            err = _recode_guest_error(SuaveplanError.from_wire(msg.error), frozenset(job.denials))
+            if self._is_memory_breach(err):
+                return  # still the current job: the crash failed it with BUDGET_EXCEEDED
+        self._tracker.end_call()
+        self._job = None
+        self._move("result")
+        if isinstance(msg, Result):
+            if job.fut is None:
+                self.events_delivered += 1
+            elif not job.fut.done():
+                job.fut.set_result(msg.value)
+        else:
+            assert err is not None
+            if job.fut is None:
+                self.events_delivered += 1
+                _log.warning("[%s] event handler failed: %s", self._plugin, err.code)
+            elif not job.fut.done():
+                job.fut.set_exception(err)
+        while self._waiting and self._job is None and self._state is _S.IDLE:
+            nxt = self._waiting.popleft()
+            if nxt.fut is None or not nxt.fut.done():
+                self._begin(nxt)
+
+    def _is_memory_breach(self, err: SuaveplanError) -> bool:
+        limit = self._tracker.budgets.memory_mb
+        if err.code != "SAND_VM_PLUGIN_ERROR" or err.details.get("type") != "MemoryError":
+            return False
+        if limit is None:
+            return False
+        self._metrics.inc(
+            "plugin.budget_exceeded_total", {"plugin": self._plugin, "budget": "memoryMb"}
+        )
+        self._crash(budget_error("memoryMb", limit=limit, observed=limit), count=False)
+        return True
 
     # -- budgets --------------------------------------------------------------------------
-    async def _watch(self) -> None:
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        if self._job is None:
+            return
+        try:
+            self._tracker.tick()
+        except SuaveplanError as exc:
+            self._crash(exc, count=False)
+            return
+        # The tracker's clock has not reached the limit yet (an injected clock): look again.
+        self._deadline = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_deadline)
+
+    def _on_sample(self) -> None:
+        self._sampler = None
+        if self._job is None:
+            return
+        if self._sample():
+            self._sampler = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
+
+    def _sample(self) -> bool:
+        """Feed the tracker one CPU/RSS sample; False if a budget broke (the worker is gone)."""
         proc = self._proc
-        assert proc is not None
-        while True:
-            await asyncio.sleep(SAMPLE_INTERVAL_S)
-            try:
-                self._tracker.tick()
-                with proc.oneshot():
-                    times = proc.cpu_times()
-                    rss = proc.memory_info().rss
-                self._tracker.sample_cpu(times.user + times.system)
-                self._tracker.sample_memory(rss)
-            except SuaveplanError as exc:
-                self._crash(exc, count=False)
-                return
-            except psutil.Error:
-                return
+        if proc is None:
+            return True
+        self._next_sample = self._loop.time() + SAMPLE_INTERVAL_S
+        try:
+            self._tracker.tick()
+            with proc.oneshot():
+                times = proc.cpu_times()
+                rss = proc.memory_info().rss
+            self._tracker.sample_cpu(times.user + times.system)
+            self._tracker.sample_memory(rss)
+        except SuaveplanError as exc:
+            self._crash(exc, count=False)
+            return False
+        except psutil.Error:
+            return True
+        return True
+
+    # -- events ---------------------------------------------------------------------------
+    def _subscriber(self, subscription: str) -> EventHandler:
+        async def deliver(topic: str, payload: object) -> None:
+            # Never await the delivery: a plugin publishing to its own subscription would
+            # wait on itself. The job queue keeps deliveries in order with calls.
+            self._deliver(subscription, topic, payload)
+
+        return deliver
+
+    def _deliver(self, subscription: str, topic: str, payload: object) -> None:
+        if self._state not in (_S.IDLE, _S.CALLING):
+            return
+        checker = self._gateway.checker
+        if (
+            not isinstance(topic, str)
+            or not checker.may_deliver(topic)
+            or not topic_matches(subscription, topic)
+        ):
+            # Counted like any denial (plugin.permission_denied_total{capability="events"}).
+            checker.deny("events", DenyReason.EVENT_NOT_DECLARED)
+            self.events_denied += 1
+            return
+        self._next_id += 1
+        try:
+            frame = encode(
+                Event(id=self._next_id, topic=topic, subscription=subscription, payload=payload)
+            )
+        except ProtocolError:
+            _log.warning("[%s] event on a subscribed topic could not be encoded", self._plugin)
+            return
+        self._submit(_Job(id=self._next_id, frame=frame, fut=None, topic=topic))
 
     # -- calls ----------------------------------------------------------------------------
     async def call(self, name: str, *args: object, **kwargs: object) -> object:
         """Call the plugin's public top-level function `name`; returns its plain-data result."""
-        async with self._call_lock:
-            return await self._call(name, list(args), kwargs)
-
-    async def _call(self, name: str, args: list[object], kwargs: dict[str, object]) -> object:
         if self._state is _S.DISPOSED:
             raise SuaveplanError("SAND_VM_DISPOSED", "the sandbox was disposed")
         if self._state is _S.CRASHED:
             assert self._fatal is not None
             raise _crashed("earlier-crash") from self._fatal
-        self._move("call")
         self._next_id += 1
         call_id = self._next_id
+        frame = encode(Call(id=call_id, name=name, args=list(args), kwargs=kwargs))
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._pending[call_id] = fut
-        watch: asyncio.Task[None] | None = None
-        self._tracker.start_call()
+        job = _Job(id=call_id, frame=frame, fut=fut)
+        self._submit(job)
         try:
-            self._send(Call(id=call_id, name=name, args=args, kwargs=dict(kwargs)))
-            if self._budget_watch:
-                watch = self._loop.create_task(self._watch())
-            try:
-                value = await fut
-            except SuaveplanError as exc:
-                if (
-                    exc.code == "SAND_VM_PLUGIN_ERROR"
-                    and exc.details.get("type") == "MemoryError"
-                    and self._tracker.budgets.memory_mb is not None
-                ):
-                    limit = self._tracker.budgets.memory_mb
-                    err = budget_error("memoryMb", limit=limit, observed=limit)
-                    self._metrics.inc(
-                        "plugin.budget_exceeded_total",
-                        {"plugin": self._plugin, "budget": "memoryMb"},
-                    )
-                    self._crash(err, count=False)
-                    raise err from None
-                raise
-            return value
-        finally:
-            if self._state is _S.CALLING:
-                self._move("result")
-            self._tracker.end_call()
-            if watch is not None:
-                watch.cancel()
-            self._pending.pop(call_id, None)
+            return await fut
+        except asyncio.CancelledError:
+            # A queued call is dropped; one in flight finishes in the worker, its reply ignored.
+            with contextlib.suppress(ValueError):
+                self._waiting.remove(job)
+            raise
 
     async def _process_probe(self) -> object:
         """Test-only: raw OS calls inside the hardened worker (requires the probe flag)."""
@@ -434,9 +623,10 @@ async def create_vm_sandbox(
     )
     budgets = policy.budgets
     sb._tracker = BudgetTracker(budgets, plugin=sb._plugin, metrics=sb._metrics, clock=clock)
-    sb._budget_watch = any(
-        v is not None for v in (budgets.wall_clock_ms, budgets.memory_mb, budgets.cpu_percent)
-    )
+    if budgets.wall_clock_ms is not None:
+        # Just past the limit: the tracker breaches on elapsed > limit.
+        sb._wall_s = budgets.wall_clock_ms / 1000.0 + 0.001
+    sb._sampling = budgets.memory_mb is not None or budgets.cpu_percent is not None
     mem = budgets.memory_mb
     rlimits = (int(mem * 1024 * 1024) + INTERPRETER_SLACK_BYTES if mem is not None else None, None)
     host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -451,8 +641,10 @@ async def create_vm_sandbox(
             )
         finally:
             worker_end.close()
+        host_end.setblocking(False)
         sb._sock = host_end
-        sb._loop.add_reader(host_end.fileno(), sb._on_readable)
+        sb._fd = host_end.fileno()
+        sb._loop.add_reader(sb._fd, sb._on_readable)
         with contextlib.suppress(psutil.Error):
             sb._proc = psutil.Process(sb._pid)
         ready = await sb._ready
@@ -465,7 +657,9 @@ async def create_vm_sandbox(
         await sb.dispose()
         raise
     for topic in sb._subscriptions:
-        await sb._gateway.dispatch("events", "subscribe", {"topic": topic}, handler=sb._event)
+        await sb._gateway.dispatch(
+            "events", "subscribe", {"topic": topic}, handler=sb._subscriber(topic)
+        )
     return sb
 
 

@@ -1,7 +1,8 @@
 """Worker side of the channel: runs in the forked, hardened child and serves calls.
 
-Blocking and single-threaded: read a frame, run the plugin, write the reply. While a call
-waits on a host call, other Calls and Events are queued and served afterwards.
+Blocking and single-threaded: read a frame, run the plugin, write the reply. Calls and event
+deliveries are both answered with `Result`/`Failure` of their id (the host sends the next
+one only then); anything else arriving while a call waits on a host call is queued.
 """
 
 from __future__ import annotations
@@ -135,8 +136,15 @@ def serve(
                 chan.send(Result(id=msg.id, value=value))
         elif isinstance(msg, Event):
             try:
-                runtime.deliver(msg.topic, msg.payload)
+                runtime.deliver(msg.subscription, msg.payload)
             except SuaveplanError as exc:
-                log("error", f"event handler failed: {exc.code}")
+                chan.send(Failure(id=msg.id, error=exc.to_wire()))  # type: ignore[arg-type]
+            except MemoryError:
+                err = SuaveplanError(
+                    "SAND_VM_PLUGIN_ERROR", "the plugin ran out of memory", {"type": "MemoryError"}
+                )
+                chan.send(Failure(id=msg.id, error=err.to_wire()))  # type: ignore[arg-type]
+            else:
+                chan.send(Result(id=msg.id, value=None))
         else:
             raise SystemExit(3)  # out-of-protocol message from the host
