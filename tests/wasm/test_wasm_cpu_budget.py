@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.wasm import create_wasm_sandbox
+from suaveplan_sandbox.wasm import _cpu, create_wasm_sandbox
 
 SPIN_WAT = """
 (module
@@ -80,3 +82,46 @@ async def test_run_of_a_command_module_is_held_to_cpu_percent(root: Path) -> Non
             await sb.run(argv=["spin"])
     assert info.value.details["budget"] == "cpuPercent"
     assert _budget_count(metrics, "cpuPercent") == 1
+
+
+# -- the private wasmtime binding cpuPercent relies on ----------------------------------------
+
+
+def test_private_epoch_callback_binding_has_the_shape_we_use() -> None:
+    # wasmtime-py has no public epoch callback; `_cpu` uses the private `wasmtime._ffi` one.
+    # If this fails after a wasmtime upgrade, cpuPercent creates fail closed: fix `_cpu`.
+    assert _cpu.epoch_hook_problem() is None
+
+
+def test_epoch_hook_check_names_a_missing_or_changed_binding() -> None:
+    real = importlib.import_module("wasmtime._ffi")
+    binding = real.dll.wasmtime_store_epoch_deadline_callback
+    three_args = SimpleNamespace(
+        dll=SimpleNamespace(
+            wasmtime_store_epoch_deadline_callback=SimpleNamespace(argtypes=binding.argtypes[:3])
+        )
+    )
+    assert "takes 3 arguments" in str(_cpu.epoch_hook_problem(three_args))
+    assert "AttributeError" in str(_cpu.epoch_hook_problem(SimpleNamespace(dll=None)))
+    no_error_new = SimpleNamespace(
+        dll=real.dll,
+        wasmtime_store_epoch_deadline_callback=real.wasmtime_store_epoch_deadline_callback,
+    )
+    assert "wasmtime_error_new" in str(_cpu.epoch_hook_problem(no_error_new))
+
+
+async def test_cpu_percent_fails_closed_when_wasmtime_has_no_epoch_callback(
+    root: Path, wat: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_cpu, "_installed_hook_problem", lambda: "the binding is gone")
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(
+            wasm_module_path=wat(SPIN_WAT), policy=policy(root, {"cpuPercent": 20})
+        )
+    assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+    assert info.value.details["stage"] == "cpu-budget"
+    # Without cpuPercent the binding is not needed and the module runs.
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(SPIN_WAT), policy=policy(root, {"wallClockMs": 1000})
+    ) as sb:
+        assert await sb.call("answer") == 42
