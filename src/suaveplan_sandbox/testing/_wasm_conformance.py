@@ -44,8 +44,15 @@ _GUEST: Final = """
     (call $sc (i32.const 64) (i32.const 14) (i32.const 443) (i32.const 520)))
   (func (export "create_in_preopen") (result i32)
     (call $open (i32.const 3) (i32.const 0) (i32.const 96) (i32.const 7) (i32.const 1)
-      (i64.const 0x40) (i64.const 0) (i32.const 0) (i32.const 600))))
+      (i64.const 0x40) (i64.const 0) (i32.const 0) (i32.const 600)))
+  (func (export "spin") (loop (br 0)))
+  (func (export "answer") (result i32) (i32.const 42)))
 """
+# cpuPercent: the wall-clock budget is a backstop so a host that ignores cpuPercent fails the
+# scenario (wrong budget) instead of spinning forever; the await is bounded as well.
+_CPU_PERCENT: Final = 20
+_CPU_WALL_BACKSTOP_MS: Final = 20_000
+_CPU_SCENARIO_TIMEOUT_S: Final = 40.0
 _OLD_WASI: Final = (
     '(module (import "wasi_snapshot_preview0" "fd_write" '
     "(func (param i32 i32 i32 i32) (result i32))))"
@@ -203,6 +210,36 @@ async def _dispose_idempotent(make: MakeSandbox, root: Path) -> None:
         raise AssertionError("call after dispose succeeded")
 
 
+async def _cpu_percent_ends_a_spinning_guest(make: MakeSandbox, root: Path) -> None:
+    metrics = InMemoryMetrics()
+    budgets = {"cpuPercent": _CPU_PERCENT, "wallClockMs": _CPU_WALL_BACKSTOP_MS}
+    sb = await make(
+        wasm_module_path=root / "guest.wasm",
+        policy=_policy(root, budgets=budgets),
+        metrics=metrics,
+    )
+    try:
+        try:
+            await asyncio.wait_for(sb.call("spin"), timeout=_CPU_SCENARIO_TIMEOUT_S)
+        except SuaveplanError as exc:
+            assert exc.code == "BUDGET_EXCEEDED", exc.code
+            assert exc.details.get("budget") == "cpuPercent", exc.details
+        else:
+            raise AssertionError("a guest spinning forever returned")
+
+        def count(budget: str) -> float:
+            return metrics.value(
+                "plugin.budget_exceeded_total", plugin="conformance", budget=budget
+            )
+
+        assert count("cpuPercent") == 1, "the cpuPercent breach was not counted exactly once"
+        assert count("wallClockMs") == 0, "the wall clock, not cpuPercent, ended the guest"
+        # The guest was interrupted, not the handle: the next call runs under a fresh window.
+        assert await sb.call("answer") == 42
+    finally:
+        await sb.dispose()
+
+
 WASM_SCENARIOS: Final[tuple[Scenario[MakeSandbox], ...]] = (
     Scenario("instantiation honours the policy", _with_root(_instantiation_honours_policy)),
     Scenario("rejects unsupported WASI version", _with_root(_unsupported_wasi_rejected)),
@@ -213,6 +250,10 @@ WASM_SCENARIOS: Final[tuple[Scenario[MakeSandbox], ...]] = (
     Scenario(
         "denied capability import never reaches host adapter",
         _with_root(_denied_import_never_reaches_adapter),
+    ),
+    Scenario(
+        "cpuPercent budget ends a spinning guest",
+        _with_root(_cpu_percent_ends_a_spinning_guest),
     ),
     Scenario("dispose is idempotent", _with_root(_dispose_idempotent)),
 )
