@@ -1,0 +1,89 @@
+"""SQLite as the oracle for the SQL gate: what does the engine itself touch for a statement?
+
+`violations(sql)` runs `sql` in a fresh in-memory database holding prefixed tables and
+decoys (`users`, `secrets`, and every name the gate's own walk saw) under an authorizer that
+only records, and lists every way the run left the gate's promise: a read or write of an
+unprefixed table, a function outside `SQLITE_SAFE_FUNCTIONS`, an action other than plain DML,
+or text the engine cannot read as the gate did (a NUL). Shared by the atheris target and the
+hypothesis property; neither needs the other's machinery.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from suaveplan_sandbox.permissions._sql_gate import SQLITE_SAFE_FUNCTIONS, SqlGate
+
+__all__ = ["DECOYS", "PREFIX", "engine_touches", "violations"]
+
+PREFIX: Final = "billing_"
+DECOYS: Final = frozenset({"users", "secrets", "a", "b", "t", "u", "r", "x"})
+_PREFIXED: Final = frozenset({"billing_x", "billing_y"})
+_TABLE_ACTIONS: Final = frozenset(
+    {sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
+)
+# What a runtime SELECT/INSERT/UPDATE/DELETE may make SQLite do; anything else is a finding.
+_DML_ACTIONS: Final = _TABLE_ACTIONS | frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+_MAX_STEPS: Final = 20_000
+_MAX_LENGTH: Final = 100_000
+_NAMES_GATE: Final = SqlGate(PREFIX, cache_size=0)
+
+
+def _database(sql: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)  # no implicit BEGIN
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_LENGTH)
+    names = set(_NAMES_GATE.referenced_tables(sql)) | _PREFIXED | DECOYS
+    for name in sorted(n for n in names if "\x00" not in n):
+        quoted = '"' + name.replace('"', '""') + '"'
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {quoted} "  # our own fixture tables
+            "(id INTEGER PRIMARY KEY, a UNIQUE, b, c, doc, name, x, ts)"
+        )
+    return conn
+
+
+def engine_touches(sql: str) -> tuple[set[str], set[str], set[int]]:
+    """(tables read or written, functions called, authorizer actions) when SQLite runs `sql`."""
+    conn = _database(sql)
+    tables: set[str] = set()
+    functions: set[str] = set()
+    actions: set[int] = set()
+
+    def authorizer(action: int, arg1: str | None, arg2: str | None, *_: str | None) -> int:
+        actions.add(action)
+        if action in _TABLE_ACTIONS and arg1 is not None:
+            tables.add(arg1)
+        if action == sqlite3.SQLITE_FUNCTION and arg2 is not None:
+            functions.add(arg2.lower())
+        return sqlite3.SQLITE_OK
+
+    steps = 0
+
+    def progress() -> int:
+        nonlocal steps
+        steps += 1
+        return 1 if steps > _MAX_STEPS else 0  # a runaway recursive CTE is not a finding
+
+    conn.set_authorizer(authorizer)
+    conn.set_progress_handler(progress, 100)
+    try:
+        conn.execute(sql, (None,) * sql.count("?"))
+    except (sqlite3.Error, ValueError, OverflowError):
+        pass  # the authorizer ran at prepare time, or the statement is not valid SQLite
+    finally:
+        conn.close()
+    return tables, functions, actions
+
+
+def violations(sql: str, prefix: str = PREFIX) -> list[str]:
+    """Every way running `sql` in SQLite reaches beyond tables starting with `prefix`."""
+    if "\x00" in sql:
+        return ["holds a NUL, which C-string engines read as the end of the statement"]
+    tables, functions, actions = engine_touches(sql)
+    found = [f"touches unprefixed table {t!r}" for t in sorted(tables) if not t.startswith(prefix)]
+    found += [f"calls {f!r}" for f in sorted(functions - SQLITE_SAFE_FUNCTIONS)]
+    found += [f"makes SQLite do action {a}" for a in sorted(actions - _DML_ACTIONS)]
+    return found
