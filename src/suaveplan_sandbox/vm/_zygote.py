@@ -137,7 +137,7 @@ class ForkServer:
             if bundle.digest not in self._loaded:
                 rep = self._request(ctl, {"op": "load", "bundle": bundle.to_wire()}, [])
                 if rep.get("op") != "loaded":
-                    raise _failed("load")
+                    raise _failed(str(rep.get("why", "load")))
                 self._loaded.add(bundle.digest)
             rep = self._request(
                 ctl,
@@ -150,6 +150,16 @@ class ForkServer:
                 },
                 [worker_sock.fileno()],
             )
+            if rep.get("op") != "forked":
+                raise _failed(str(rep.get("why", "fork")))
+            pid = int(rep["pid"])
+            self.live.add(pid)
+            return pid
+
+    def fork_bare(self, sock: socket.socket) -> int:
+        """Benchmark baseline: fork a child that writes one byte on `sock` and waits for EOF."""
+        with self._lock:
+            rep = self._request(self._ensure(), {"op": "bare"}, [sock.fileno()])
             if rep.get("op") != "forked":
                 raise _failed(str(rep.get("why", "fork")))
             pid = int(rep["pid"])

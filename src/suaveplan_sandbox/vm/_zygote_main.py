@@ -2,13 +2,18 @@
 
 Single-threaded. Reads requests from the control SEQPACKET socket (fd 3 in its argv):
 `load` caches a compiled bundle by digest; `fork` (with one socket fd via SCM_RIGHTS) forks a
-worker that hardens itself, keeps only that fd and serves calls. Children are reaped with
-waitpid(WNOHANG) on every wake-up and reported as `exited`. EOF on the control socket ends
-the zygote and, through the worker sockets' owner (the host), nothing else.
+worker that hardens itself, keeps only that fd and serves calls; `bare` forks a child that only
+writes one byte (the benchmark's baseline for a fork through this server); `ping` answers its
+pid. A request that is malformed in any way (bytes, shape, fields, fds) is answered
+`{"op": "error", "code": "SAND_WIRE_ERROR", "why": ...}` and the zygote keeps serving.
+Children are reaped with waitpid(WNOHANG) on every wake-up and reported as `exited`. EOF on
+the control socket ends the zygote and, through the worker sockets' owner (the host), nothing
+else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -59,8 +64,130 @@ def _child(
         os._exit(2)
 
 
-def main(ctl_fd: int) -> None:
+_WIRE = "SAND_WIRE_ERROR"
+
+
+class _BadRequest(Exception):
+    """A control request the zygote cannot serve; answered with a coded error, never fatal."""
+
+    def __init__(self, why: str, req_id: object = None) -> None:
+        super().__init__(why)
+        self.why = why
+        self.req_id = req_id if type(req_id) is int else None
+
+
+def _bare_child(ctl: socket.socket, wsock: socket.socket) -> None:
+    """Benchmark baseline: a fork that reports ready and waits for EOF, doing nothing else."""
+    ctl.close()
+    try:
+        wsock.sendall(b"r")
+        while wsock.recv(64):
+            pass
+    finally:
+        os._exit(0)
+
+
+def _serve_request(  # noqa: PLR0917
+    ctl: socket.socket,
+    data: bytes,
+    fds: list[int],
+    cache: dict[str, Any],
+    children: set[int],
+    plan: Any,
+    wake: tuple[int, int],
+) -> None:
+    try:
+        req = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
+    except Exception as exc:  # msgpack raises many types; all mean "malformed"
+        raise _BadRequest("undecodable") from exc
+    if type(req) is not dict:
+        raise _BadRequest("not-a-request")
+    req_id = req.get("id")
+    if type(req_id) is not int:
+        raise _BadRequest("bad-id")
+    try:
+        _dispatch(ctl, req_id, req, fds, cache, children, plan, wake)
+    except _BadRequest:
+        raise
+    except Exception as exc:
+        raise _BadRequest("internal", req_id) from exc
+
+
+def _dispatch(  # noqa: PLR0917
+    ctl: socket.socket,
+    req_id: int,
+    req: dict[Any, Any],
+    fds: list[int],
+    cache: dict[str, Any],
+    children: set[int],
+    plan: Any,
+    wake: tuple[int, int],
+) -> None:
+    from suaveplan_sandbox.errors import SuaveplanError
     from suaveplan_sandbox.vm._guest import PluginBundle, compile_bundle
+
+    op = req.get("op")
+    if op == "load":
+        if fds:
+            raise _BadRequest("unexpected-fds", req_id)
+        try:
+            bundle = PluginBundle.from_wire(req.get("bundle"))
+            if bundle.digest not in cache:
+                cache[bundle.digest] = compile_bundle(bundle)
+        except SuaveplanError as exc:
+            raise _BadRequest(f"bundle:{exc.code}", req_id) from exc
+        _send(ctl, {"op": "loaded", "id": req_id})
+    elif op in ("fork", "bare"):
+        if len(fds) != 1:
+            raise _BadRequest("need-one-fd", req_id)
+        compiled = None
+        if op == "fork":
+            digest, rl, require = req.get("digest"), req.get("rlimits"), req.get("require")
+            compiled = cache.get(digest) if type(digest) is str else None
+            if compiled is None:
+                raise _BadRequest("unknown-digest", req_id)
+            if (
+                type(rl) is not list
+                or len(rl) != 2
+                or not all(v is None or (type(v) is int and v > 0) for v in rl)
+                or type(require) is not list
+                or not all(type(r) is str for r in require)
+            ):
+                raise _BadRequest("bad-fork-fields", req_id)
+        try:
+            wsock = socket.socket(fileno=fds[0])
+        except OSError as exc:
+            raise _BadRequest("bad-fd", req_id) from exc
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            wsock.close()
+            raise _BadRequest("fork-failed", req_id) from exc
+        if pid == 0:
+            os.close(wake[0])
+            os.close(wake[1])
+            signal.set_wakeup_fd(-1)
+            if compiled is None:
+                _bare_child(ctl, wsock)
+            _child(ctl, wsock, compiled, plan, req)
+            os._exit(0)
+        wsock.close()
+        children.add(pid)
+        _send(ctl, {"op": "forked", "id": req_id, "pid": pid})
+    elif op == "ping":
+        _send(ctl, {"op": "pong", "id": req_id, "pid": os.getpid()})
+    else:
+        raise _BadRequest("unknown-op", req_id)
+
+
+def _peer_gone(ctl: socket.socket) -> bool:
+    """SEQPACKET reads 0 bytes for an empty datagram and for EOF; only EOF also hangs up."""
+    poller = select.poll()
+    poller.register(ctl.fileno(), select.POLLIN)
+    return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
+
+
+def main(ctl_fd: int) -> None:
     from suaveplan_sandbox.vm._hardening import RlimitSettings, prepare_hardening
 
     ctl = socket.socket(fileno=ctl_fd)
@@ -92,36 +219,18 @@ def main(ctl_fd: int) -> None:
             data, fds, _flags, _addr = socket.recv_fds(ctl, _MAX_REQUEST, 4)
         except OSError:
             return
-        if not data:
+        if not data and _peer_gone(ctl):
             for fd in fds:
                 os.close(fd)
             return
-        req = msgpack.unpackb(data, raw=False)
-        if req["op"] == "load":
-            bundle = PluginBundle.from_wire(req["bundle"])
-            if bundle.digest not in cache:
-                cache[bundle.digest] = compile_bundle(bundle)
-            _send(ctl, {"op": "loaded", "id": req["id"]})
-        elif req["op"] == "fork":
-            compiled = cache.get(req["digest"])
-            if compiled is None or len(fds) != 1:
-                for fd in fds:
+        try:
+            _serve_request(ctl, data, fds, cache, children, plan, (rfd, wfd))
+        except Exception as exc:  # the zygote outlives any request: answer, clean up, go on
+            for fd in fds:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                _send(ctl, {"op": "error", "id": req["id"], "why": "unknown-digest"})
-                continue
-            wsock = socket.socket(fileno=fds[0])
-            pid = os.fork()
-            if pid == 0:
-                os.close(rfd)
-                os.close(wfd)
-                signal.set_wakeup_fd(-1)
-                _child(ctl, wsock, compiled, plan, req)
-                os._exit(0)
-            wsock.close()
-            children.add(pid)
-            _send(ctl, {"op": "forked", "id": req["id"], "pid": pid})
-        elif req["op"] == "ping":
-            _send(ctl, {"op": "pong", "id": req["id"], "pid": os.getpid()})
+            bad = exc if isinstance(exc, _BadRequest) else _BadRequest("internal")
+            _send(ctl, {"op": "error", "id": bad.req_id, "code": _WIRE, "why": bad.why})
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ class PluginBundle:
 
     @classmethod
     def from_wire(cls, data: object) -> PluginBundle:
-        bad = SuaveplanError("SAND_VM_RESULT_INVALID", "malformed plugin bundle")
+        bad = SuaveplanError("SAND_WIRE_ERROR", "malformed plugin bundle", {"reason": "bad-bundle"})
         if not isinstance(data, dict):
             raise bad
         mods = data.get("modules")

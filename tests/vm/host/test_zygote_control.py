@@ -1,0 +1,148 @@
+"""The fork server's control channel from a hostile sender's side: it answers, it survives."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+import pytest
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.vm._guest import PluginBundle
+from suaveplan_sandbox.vm._zygote import ForkServer
+
+
+@pytest.fixture
+def server() -> Iterator[ForkServer]:
+    srv = ForkServer()  # a private zygote: the process-wide one stays untouched
+    srv.ping()
+    yield srv
+    srv.shutdown()
+
+
+def _raw(srv: ForkServer, data: bytes, fds: list[int] | None = None) -> dict[str, Any]:
+    ctl = srv._ctl
+    assert ctl is not None
+    socket.send_fds(ctl, [data], fds or [])
+    ctl.settimeout(10)
+    while True:
+        rep = msgpack.unpackb(ctl.recv(65536), raw=False)
+        if rep.get("op") != "exited":
+            return dict(rep)
+
+
+MALFORMED = [
+    pytest.param(b"\xc1", "undecodable", id="not-msgpack"),
+    pytest.param(b"", "undecodable", id="empty"),  # SEQPACKET: an empty datagram, not EOF
+    pytest.param(msgpack.packb([1, 2, 3]), "not-a-request", id="array"),
+    pytest.param(msgpack.packb({"op": "ping"}), "bad-id", id="no-id"),
+    pytest.param(msgpack.packb({"op": "ping", "id": "7"}), "bad-id", id="str-id"),
+    pytest.param(msgpack.packb({"op": "nope", "id": 6}), "unknown-op", id="unknown-op"),
+    pytest.param(msgpack.packb({"op": "fork", "id": 5}), "need-one-fd", id="fork-without-fd"),
+    pytest.param(msgpack.packb({"op": "bare", "id": 5}), "need-one-fd", id="bare-without-fd"),
+    pytest.param(
+        msgpack.packb({"op": "load", "id": 7, "bundle": {"name": 1}}),
+        "bundle:SAND_WIRE_ERROR",
+        id="bad-bundle",
+    ),
+    pytest.param(msgpack.packb({"op": "load", "id": 7}), "bundle:SAND_WIRE_ERROR", id="no-bundle"),
+    pytest.param(msgpack.packb({1: 2, "id": 3, "op": "ping"}), "undecodable", id="non-str-key"),
+]
+
+
+@pytest.mark.parametrize(("data", "why"), MALFORMED)
+def test_a_malformed_control_request_gets_a_coded_error_and_the_zygote_keeps_serving(
+    server: ForkServer, data: bytes, why: str
+) -> None:
+    pid = server.pid
+    rep = _raw(server, data)
+    assert rep["op"] == "error"
+    assert rep["code"] == "SAND_WIRE_ERROR"
+    assert rep["why"] == why
+    assert server.ping() == pid
+    assert server.starts == 1
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        {"op": "fork", "id": 9, "digest": [1, 2]},
+        {"op": "fork", "id": 9, "digest": "unknown"},
+        {"op": "nope", "id": 9},
+        {"op": "load", "id": 9, "bundle": None},
+    ],
+    ids=["unhashable-digest", "unknown-digest", "unknown-op", "load-with-fd"],
+)
+def test_fds_sent_with_a_rejected_request_are_closed_by_the_zygote(
+    server: ForkServer, req: dict[str, object]
+) -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        rep = _raw(server, msgpack.packb(req), [theirs.fileno()])
+        theirs.close()
+        assert rep["op"] == "error"
+        assert rep["id"] == 9
+        # The zygote held the only other copy: closing it is EOF on our end.
+        ours.settimeout(5)
+        assert ours.recv(1) == b""
+        assert server.ping() == server.pid
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_fork_fields_of_the_wrong_shape_are_refused_before_forking(
+    server: ForkServer, tmp_path: Any
+) -> None:
+    from suaveplan_sandbox.vm._guest import load_plugin
+
+    (tmp_path / "p.py").write_text("def f():\n    return 1\n")
+    bundle = load_plugin(tmp_path / "p.py")
+    assert (
+        _raw(server, msgpack.packb({"op": "load", "id": 1, "bundle": bundle.to_wire()}))["op"]
+        == "loaded"
+    )
+    for rlimits, require in [("x", []), ([1], []), ([-1, None], []), ([None, None], [3])]:
+        ours, theirs = socket.socketpair()
+        req = {"op": "fork", "id": 2, "digest": bundle.digest, "rlimits": rlimits}
+        req["require"] = require
+        rep = _raw(server, msgpack.packb(req), [theirs.fileno()])
+        theirs.close()
+        ours.close()
+        assert (rep["op"], rep["why"]) == ("error", "bad-fork-fields")
+    assert server.live == set()
+    assert server.ping() == server.pid
+
+
+def test_a_bare_fork_reports_ready_through_the_same_zygote(server: ForkServer) -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        pid = server.fork_bare(theirs)
+        theirs.close()
+        ours.settimeout(5)
+        assert ours.recv(1) == b"r"
+        assert pid in server.live
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_malformed_bundle_is_a_wire_error_not_a_result_error() -> None:
+    with pytest.raises(SuaveplanError) as info:
+        PluginBundle.from_wire({"name": "x", "digest": 1, "entry": "x", "modules": []})
+    assert info.value.code == "SAND_WIRE_ERROR"
+    assert info.value.details == {"reason": "bad-bundle"}
+
+
+def test_the_zygote_still_ends_on_eof_of_its_control_socket() -> None:
+    srv = ForkServer()
+    srv.ping()
+    proc, ctl = srv._proc, srv._ctl
+    assert proc is not None
+    assert ctl is not None
+    ctl.close()
+    assert proc.wait(timeout=10) == 0
+    srv._ctl = None
+    srv.shutdown()
