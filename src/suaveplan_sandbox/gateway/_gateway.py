@@ -81,6 +81,10 @@ class _NeedsLoop(Exception):
     """Internal: `dispatch_sync` met an async adapter and has no `run_coroutine`."""
 
 
+class _AdapterCancelled(Exception):
+    """Internal: the adapter raised CancelledError itself, with nobody cancelling it."""
+
+
 def _plain(raw: object) -> object:
     return raw
 
@@ -326,6 +330,12 @@ class Gateway:
         except asyncio.CancelledError:
             if self._closed:
                 raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed") from None
+            task = asyncio.current_task()
+            if task is not None and not task.cancelling():
+                # Nobody cancelled this call: the adapter's own code raised CancelledError
+                # (a library's internal cancellation). Passing it on would read as "the caller
+                # was cancelled", and the VM host would never answer the waiting guest.
+                raise _AdapterCancelled from None
             raise
         finally:
             self._inflight.discard(fut)
