@@ -33,7 +33,34 @@ def test_check_deny_prints_the_reason_and_exits_one(capsys: pytest.CaptureFixtur
         "decision": "deny",
         "capability": "fetch",
         "reason": "scheme-not-permitted",
+        "near_miss": {
+            "rule": "api.stripe.com",
+            "why": "the rule allows https; http needs an http: rule",
+        },
     }
+
+
+@pytest.mark.parametrize(
+    ("argv", "near_miss"),
+    [
+        (["fs", "./uploads/a.csv", "--mode", "write"], {"rule": "./uploads/*"}),
+        (["fs", "./config/secrets.env"], None),
+        (["fetch", "https://evil.example/"], None),
+        (["db", "--sql", "SELECT * FROM users"], {}),
+        (["secret", "AWS_KEY"], None),
+    ],
+)
+def test_explain_names_the_rule_a_denial_nearly_matched(
+    capsys: pytest.CaptureFixture[str], argv: list[str], near_miss: dict[str, str] | None
+) -> None:
+    code, out, _ = _run(capsys, "explain", "--json", "--manifest", str(EXAMPLE), *argv)
+    assert code == 1
+    data = json.loads(out)
+    if near_miss is None:
+        assert "near_miss" not in data
+    else:
+        assert near_miss.items() <= data["near_miss"].items()
+        assert data["near_miss"]["why"]
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,7 @@ def _fail(as_json: bool, exc: SuaveplanError) -> int:
 
 def _decide(
     manifest: str, root: str, capability: str, payload: dict[str, Any], dialect: str
-) -> Allow | Deny:
+) -> tuple[Allow | Deny, dict[str, str] | None]:
     policy = PermissionPolicy.from_manifest(
         manifest,
         root=root,
@@ -67,13 +67,49 @@ def _decide(
     )
     checker = PermissionChecker(policy)
     if capability == "fs":
-        return checker.check_fs(payload["path"], payload["mode"])
-    if capability == "fetch":
-        return checker.check_fetch(payload["url"])
-    return checker.check_capability(capability, payload)
+        decision = checker.check_fs(payload["path"], payload["mode"])
+    elif capability == "fetch":
+        decision = checker.check_fetch(payload["url"])
+    else:
+        decision = checker.check_capability(capability, payload)
+    return decision, _near_miss(policy, checker, capability, payload, decision)
 
 
-def _report(as_json: bool, capability: str, decision: Allow | Deny) -> int:
+def _near_miss(
+    policy: PermissionPolicy,
+    checker: PermissionChecker,
+    capability: str,
+    payload: dict[str, Any],
+    decision: Allow | Deny,
+) -> dict[str, str] | None:
+    """For the operator (never the guest): the rule a denied request almost matched."""
+    if isinstance(decision, Allow):
+        return None
+    reason = decision.reason.value
+    if capability == "fs" and reason == "mode-not-permitted":
+        read = checker.check_fs(payload["path"], "read")
+        if isinstance(read, Allow) and read.rule:
+            return {"rule": read.rule, "why": "the rule is read-only; writing needs an rw: rule"}
+    if capability == "fetch" and reason == "scheme-not-permitted":
+        url = str(payload["url"])
+        if url.lower().startswith("http://"):
+            https = checker.check_fetch("https://" + url[len("http://") :])
+            if isinstance(https, Allow) and https.rule:
+                return {
+                    "rule": https.rule,
+                    "why": "the rule allows https; http needs an http: rule",
+                }
+    if capability == "db" and reason == "table-out-of-scope":
+        prefix = policy.table_prefix
+        if not prefix:
+            return {"why": "the manifest has no [database] section"}
+        return {"why": f"every table the SQL touches must start with {prefix!r}"}
+    return None
+
+
+def _report(
+    as_json: bool, capability: str, decision: Allow | Deny, hint: dict[str, str] | None
+) -> int:
     if isinstance(decision, Allow):
         _emit(
             as_json,
@@ -86,11 +122,18 @@ def _report(as_json: bool, capability: str, decision: Allow | Deny) -> int:
             f"allow  {capability}  rule={decision.rule!r}  target={decision.target!r}",
         )
         return EXIT_ALLOW
-    _emit(
-        as_json,
-        {"decision": "deny", "capability": capability, "reason": decision.reason.value},
-        f"deny   {capability}  reason={decision.reason.value}",
-    )
+    payload: dict[str, Any] = {
+        "decision": "deny",
+        "capability": capability,
+        "reason": decision.reason.value,
+    }
+    text = f"deny   {capability}  reason={decision.reason.value}"
+    if hint:
+        payload["near_miss"] = hint
+        if "rule" in hint:
+            text += f"  near rule={hint['rule']!r}"
+        text += f"  ({hint['why']})"
+    _emit(as_json, payload, text)
     return EXIT_DENY
 
 
@@ -149,10 +192,10 @@ def check(  # noqa: PLR0917 — click passes options positionally
                 "publish": ("events", {"action": "publish", "topic": value}),
                 "subscribe": ("events", {"action": "subscribe", "topic": value}),
             }[kind]
-        decision = _decide(manifest, root, capability, payload, dialect)
+        decision, hint = _decide(manifest, root, capability, payload, dialect)
     except SuaveplanError as exc:
         sys.exit(_fail(as_json, exc))
-    sys.exit(_report(as_json, capability, decision))
+    sys.exit(_report(as_json, capability, decision, hint))
 
 
 cli.add_command(check, name="explain")
