@@ -5,7 +5,8 @@ crash ends it), concurrently, with `-max_total_time`. Per target, under
 `build/fuzz/<target>/`: `seeds/` (rewritten from `tests/vectors/` each run), `corpus/`
 (libFuzzer's growing corpus, kept between runs), `fuzz.log` (the last run's output) and any
 crash inputs as `crash-*` / `timeout-*` / `oom-*` files (libFuzzer's `-artifact_prefix`).
-Exit status 1 when any target crashed.
+`fuzz/dictionaries/<target>.dict`, when present, is passed as libFuzzer's `-dict`. Exit
+status 1 when any target crashed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ TARGETS: Final[Mapping[str, str]] = {
     "sql_gate": "fuzz.sql_gate",
 }
 DEFAULT_BUILD_DIR: Final = REPO_ROOT / "build" / "fuzz"
+DICTIONARIES: Final = Path(__file__).resolve().parent / "dictionaries"
 # Long runs can afford instrumenting third-party parsers (seconds of start-up).
 _DEEP_AFTER_SECONDS: Final = 60
 _ARTIFACT_KINDS: Final = ("crash-", "timeout-", "oom-", "leak-")
@@ -97,6 +99,9 @@ def _start(name: str, command: Sequence[str], seconds: int, out: Path, deep: boo
         str(corpus),
         str(seeds),
     ]
+    dictionary = DICTIONARIES / f"{name}.dict"
+    if dictionary.is_file():
+        argv.insert(len(command), f"-dict={dictionary}")
     before = _artifacts(out)
     with (out / "fuzz.log").open("wb") as log:
         proc = subprocess.Popen(  # noqa: S603 — our own interpreter and target
