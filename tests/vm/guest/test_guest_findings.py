@@ -15,7 +15,7 @@ from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
 
-PLUGIN = '''
+PLUGIN = """
 import dataclasses
 import enum
 import json
@@ -141,7 +141,7 @@ def patch_own():
     Colour.extra = 2
     Mine.added = 3
     return [Local.x, Colour.extra, Mine().added, json.dumps({"a": 1}), Colour.RED.value]
-'''
+"""
 
 
 @pytest.fixture

@@ -194,6 +194,7 @@ def test_threads_work_for_a_non_root_worker_under_seccomp() -> None:
     # when this suite runs as root; otherwise it already is non-root) must still start
     # threads (seccomp, not NPROC, is what refuses processes) and still not fork.
     uid = 65534 if os.getuid() == 0 else os.getuid()
+
     def body(_: HardeningReport) -> dict[str, object]:
         ran: list[int] = []
         t = threading.Thread(target=lambda: ran.append(os.getuid()))

@@ -90,9 +90,7 @@ class PluginBundle:
         modules = tuple(out)
         if _digest(modules, layer) != digest or entry not in {m.name for m in modules}:
             raise bad
-        return cls(
-            name=name, digest=digest, entry=entry, modules=modules, interpreter_layer=layer
-        )
+        return cls(name=name, digest=digest, entry=entry, modules=modules, interpreter_layer=layer)
 
 
 def _digest(modules: tuple[PluginModule, ...], interpreter_layer: bool = True) -> str:

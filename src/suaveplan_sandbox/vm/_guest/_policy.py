@@ -291,6 +291,41 @@ class _Checker(ast.NodeTransformer):
         finally:
             self.class_depth -= 1
 
+    def _check_bound_name(self, name: str | None, node: ast.AST) -> None:
+        # Binding forms whose target is a plain str, not a Name node: a dunder bound here
+        # would shadow a guard hook (`__sp_format__`, `__sp_direct_eval__`) or rebind
+        # `__name__`/`__builtins__` (RestrictedPython's CVE-2026-55830 was this kind of gap).
+        if name is not None and norm(name).startswith("__"):
+            raise _err(
+                "SAND_VM_ATTRIBUTE_FORBIDDEN", "cannot bind a dunder name", self.filename, node
+            )
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.AST:
+        self._check_bound_name(node.name, node)
+        return self.generic_visit(node)
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> ast.AST:
+        self._check_bound_name(node.name, node)
+        return self.generic_visit(node)
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> ast.AST:
+        self._check_bound_name(node.name, node)
+        return self.generic_visit(node)
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> ast.AST:
+        self._check_bound_name(node.rest, node)
+        return self.generic_visit(node)
+
+    def visit_Global(self, node: ast.Global) -> ast.AST:
+        for name in node.names:
+            self._check_bound_name(name, node)
+        return self.generic_visit(node)
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> ast.AST:
+        for name in node.names:
+            self._check_bound_name(name, node)
+        return self.generic_visit(node)
+
     def visit_MatchClass(self, node: ast.MatchClass) -> ast.AST:
         for attr in node.kwd_attrs:
             if is_forbidden_attr(attr):
@@ -339,7 +374,13 @@ def check_format_string(
     import string
 
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(text) if f]
+        parsed = list(string.Formatter().parse(text))
+        fields = [f for _, f, _, _ in parsed if f]
+        # str.format also resolves fields nested in a format spec (`{0:{1.attr}}`) and
+        # hands their str() to the outer value's __format__: check those the same way.
+        for _, _, spec, _ in parsed:
+            if spec and "{" in spec:
+                check_format_string(spec, filename, node)
     except ValueError:
         # str.format resolves the fields before the malformed tail, so at runtime a template
         # that does not parse must not pass unchecked; a constant may be a non-template.

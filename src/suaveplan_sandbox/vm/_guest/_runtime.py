@@ -200,9 +200,7 @@ def _g_wraps(
 # `_private` attributes are the plugin's own, so guarded getattr() serves them as plain
 # `obj._x` syntax does. Foreign objects keep refusing them.
 _PLUGIN_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
-_PLUGIN_MODULES: weakref.WeakValueDictionary[str, types.ModuleType] = (
-    weakref.WeakValueDictionary()
-)
+_PLUGIN_MODULES: weakref.WeakValueDictionary[str, types.ModuleType] = weakref.WeakValueDictionary()
 
 
 def _is_plugin_owned(obj: object) -> bool:
