@@ -12,7 +12,7 @@ import pytest
 from suaveplan_sandbox.adapters._audit import JsonLinesAudit, iter_audit
 from suaveplan_sandbox.adapters._events import InProcessEventBus
 from suaveplan_sandbox.adapters._protocols import AuditRecord
-from suaveplan_sandbox.errors import WireValue
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
 
 DAY = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -99,3 +99,43 @@ async def test_in_process_bus_delivers_to_matching_patterns_only() -> None:
     got.clear()
     await bus.publish("host", "orders.paid.eu", 2)
     assert got == []
+
+
+async def test_the_audit_of_real_gateway_calls_answers_what_was_touched_yesterday(
+    tmp_path: Path,
+) -> None:
+    from suaveplan_sandbox.adapters import Adapters
+    from suaveplan_sandbox.gateway import Gateway
+    from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
+    from suaveplan_sandbox.testing import InMemoryFs
+
+    log_path = tmp_path / "audit.jsonl"
+    logger = logging.getLogger("test.audit.gateway")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = logging.FileHandler(log_path)
+    logger.addHandler(handler)
+    moments = iter(
+        [DAY - timedelta(days=2), DAY - timedelta(hours=20), DAY - timedelta(hours=14), DAY]
+    )
+    audit = JsonLinesAudit(logger, include_resource=True, now=lambda: next(moments))
+    policy = PermissionPolicy.from_manifest(
+        {"name": "p", "permissions": {"fs": ["./uploads/*"]}}, root="/srv/p"
+    )
+    fs = InMemoryFs({"uploads/a.txt": b"a", "uploads/b.txt": b"b"})
+    gateway = Gateway(checker=PermissionChecker(policy), adapters=Adapters(fs=fs), audit=audit)
+    await gateway.dispatch("fs", "read_bytes", {"path": "uploads/a.txt"})  # two days ago
+    await gateway.dispatch("fs", "read_bytes", {"path": "./uploads/b.txt"})  # yesterday
+    with pytest.raises(SuaveplanError):
+        await gateway.dispatch("fs", "read_bytes", {"path": "/etc/passwd"})  # yesterday, denied
+    await gateway.dispatch("fs", "exists", {"path": "uploads/a.txt"})  # today
+    handler.close()
+    logger.removeHandler(handler)
+    start = (DAY - timedelta(days=1)).replace(hour=0)
+    end = DAY.replace(hour=0)
+    yesterday = list(iter_audit(log_path, plugin="p", since=start, until=end))
+    assert [(e["operation"], e["decision"], e.get("resource")) for e in yesterday] == [
+        ("read_bytes", "allow", "uploads/b.txt"),
+        ("read_bytes", "deny", None),
+    ]
+    assert yesterday[1]["reason"] == "path-not-in-allowlist"

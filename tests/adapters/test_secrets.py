@@ -113,3 +113,47 @@ async def test_secret_values_never_reach_repr_errors_logs_or_audit(
     assert "token" in caplog.text
     for text in texts:
         assert VALUE not in text
+
+
+async def test_secret_values_stay_out_of_every_gateway_output_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the gateway: the guest gets the value; audit, metrics, logs and errors do not."""
+    from suaveplan_sandbox.adapters import Adapters
+    from suaveplan_sandbox.gateway import Gateway
+    from suaveplan_sandbox.metrics import InMemoryMetrics
+    from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
+
+    caplog.set_level(logging.DEBUG)
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    (mount / "token").write_text(VALUE)
+    (mount / "big").write_text(VALUE * 10_000)  # over the 64 KiB cap
+    (mount / "binary").write_bytes(VALUE.encode() + b"\xff\xfe")
+    policy = PermissionPolicy.from_manifest(
+        {"name": "red", "secrets": [{"name": "token"}, {"name": "big"}, {"name": "binary"}]},
+        root=tmp_path,
+    )
+    metrics = InMemoryMetrics()
+    audit = JsonLinesAudit(logging.getLogger("suaveplan_sandbox.audit"), include_resource=True)
+    gateway = Gateway(
+        checker=PermissionChecker(policy, metrics=metrics),
+        adapters=Adapters(secrets=DirectorySecrets(mount)),
+        audit=audit,
+    )
+    assert await gateway.dispatch("secrets", "get", {"name": "token"}) == VALUE
+    texts: list[str] = []
+    for name in ("big", "binary", "undeclared"):
+        with pytest.raises(SuaveplanError) as info:
+            await gateway.dispatch("secrets", "get", {"name": name})
+        assert info.value.code in {"SAND_SECRET_UNAVAILABLE", "SAND_PERM_DENIED"}
+        texts += [
+            str(info.value),
+            repr(info.value.to_wire()),
+            "".join(traceback.format_exception(info.value)),
+        ]
+    await gateway.close()
+    texts += [caplog.text, repr(metrics.samples()), repr(gateway), repr(audit)]
+    assert '"resource":"token"' in caplog.text  # the audit line exists, with the name only
+    for text in texts:
+        assert VALUE not in text
