@@ -121,8 +121,8 @@ async def _ensure_host_schema(conn: Any) -> None:
     )
 
 
-def _plan(gate: SqlGate, file: Path) -> list[str]:
-    """The statements to run for one migration file, or a coded refusal (nothing has run)."""
+def _plan(gate: SqlGate, file: Path) -> tuple[list[str], str]:
+    """(statements to run, sha256 of the text checked) for one file, or a coded refusal."""
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -140,7 +140,8 @@ def _plan(gate: SqlGate, file: Path) -> list[str]:
             "a migration contains a statement outside the plugin's prefix",
             {"migration": file.name, "reason": reason},
         )
-    return [d.target or "" for d in decisions if isinstance(d, Allow)]
+    statements = [d.target or "" for d in decisions if isinstance(d, Allow)]
+    return statements, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 async def apply_postgres_migrations(
@@ -175,7 +176,7 @@ async def apply_postgres_migrations(
             done = {r[0] for r in rows}
             pending = [f for f in files if f.name not in done]
             plans = [(f, _plan(gate, f)) for f in pending]  # refuse before anything runs
-            for file, statements in plans:
+            for file, (statements, digest) in plans:
                 try:
                     async with conn.transaction():
                         await _run_one(
@@ -193,7 +194,7 @@ async def apply_postgres_migrations(
                                 plugin,
                                 file.name,
                                 version,
-                                hashlib.sha256(file.read_bytes()).hexdigest(),
+                                digest,
                             ),
                         )
                 except psycopg.Error as exc:
