@@ -188,10 +188,12 @@ def _peer_gone(ctl: socket.socket) -> bool:
 
 
 def main(ctl_fd: int) -> None:
+    from suaveplan_sandbox.vm._guest import prepare_worker_interpreter
     from suaveplan_sandbox.vm._hardening import RlimitSettings, prepare_hardening
 
     ctl = socket.socket(fileno=ctl_fd)
     plan = prepare_hardening(RlimitSettings(address_space_bytes=None, cpu_seconds=None))
+    prepare_worker_interpreter()  # preload facades, seal shared classes: once, not per fork
     cache: dict[str, Any] = {}
     children: set[int] = set()
     # Wake select() on SIGCHLD without a handler racing the main loop.

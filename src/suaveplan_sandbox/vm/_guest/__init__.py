@@ -5,6 +5,7 @@ from suaveplan_sandbox.vm._guest._runtime import (
     CompiledBundle,
     GuestRuntime,
     compile_bundle,
+    prepare_worker_interpreter,
     validate_result,
 )
 
@@ -15,5 +16,6 @@ __all__ = [
     "PluginModule",
     "compile_bundle",
     "load_plugin",
+    "prepare_worker_interpreter",
     "validate_result",
 ]

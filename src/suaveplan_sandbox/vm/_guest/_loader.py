@@ -150,9 +150,9 @@ def load_plugin(
     """Read and check a plugin.
 
     `_without_interpreter_layer` is test-only (the escape corpus's process-layer-alone run):
-    no AST or import check, and the worker runs the source with the real builtins. Only the
-    host's own `create_vm_sandbox(_test_without_interpreter_layer=True)` passes it; nothing a
-    plugin or a manifest controls reaches it.
+    no AST or import check, and the worker runs the source with the real builtins (and logs
+    a warning that it does). Only the escape corpus harness passes it; no public API, CLI
+    option, plugin or manifest value reaches it.
     """
     path = Path(plugin_module_path)
     modules: list[PluginModule] = []

@@ -33,7 +33,7 @@ from suaveplan_sandbox.vm._guest._policy import (
     norm,
 )
 from suaveplan_sandbox.vm._guest._policy import __file__ as _policy_file
-from suaveplan_sandbox.vm._guest._seal import seal_shared_classes
+from suaveplan_sandbox.vm._guest._seal import is_prepared, seal_shared_classes
 from suaveplan_sandbox.vm._hardening import arm_cpu_backstop, hardening_was_applied
 
 _MAX_DEPTH: Final = 64
@@ -482,6 +482,19 @@ class CompiledBundle:
     interpreter_layer: bool = True
 
 
+def prepare_worker_interpreter() -> None:
+    """Fork-server-only, once before any fork: preload every allowlisted module's facade (a
+    worker under Landlock cannot open module files), guard Protocol checks and seal the
+    shared classes, so that no fork pays for it. Irreversible and process-wide."""
+    if is_prepared():
+        return
+    for name in sorted(ALLOWED_MODULES - {"suaveplan"}):
+        module_facade(name)
+    module_facade("urllib")
+    install_protocol_guard()
+    seal_shared_classes()
+
+
 def compile_bundle(bundle: PluginBundle) -> CompiledBundle:
     """Re-check every module (never trust the wire) and compile it.
 
@@ -827,10 +840,11 @@ class GuestRuntime:
             return
         if self._compiled.interpreter_layer:
             self._builtins = self._make_builtins()
-            if hardening_was_applied():
-                # Only in a forked worker: both are irreversible and process-wide.
-                install_protocol_guard()
-                seal_shared_classes()
+            if hardening_was_applied() and not is_prepared():
+                # A worker forked by something other than our fork server (which prepares
+                # once, before forking): do it here. Irreversible and process-wide, so
+                # never in the host or a test process.
+                prepare_worker_interpreter()
         else:
             self._log("warning", "in-interpreter layer OFF: test-only process-layer run")
             self._builtins = self._make_unrestricted_builtins()

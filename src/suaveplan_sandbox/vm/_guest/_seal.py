@@ -11,8 +11,9 @@ guest or the worker's trusted code can reach gets CPython's `Py_TPFLAGS_IMMUTABL
 (the flag static types such as `int` carry): `type.__setattr__`/`__delattr__` then raise
 `TypeError` for everyone in this process. Classes the plugin defines later are unaffected.
 
-Irreversible and process-wide, so it runs only in a forked worker (never in the host or a
-test process): `GuestRuntime.start` calls `seal_shared_classes` when hardening was applied.
+Irreversible and process-wide, so it runs only in the fork server before it forks (workers
+inherit it for free) or, as a fallback, in a hardened worker; never in the host or a test
+process.
 """
 
 from __future__ import annotations
@@ -95,8 +96,16 @@ def _sealed_modules() -> list[str]:
     ]
 
 
+_prepared = False
+
+
 def is_sealed(cls: type) -> bool:
     return bool(cls.__flags__ & _IMMUTABLETYPE)
+
+
+def is_prepared() -> bool:
+    """True once `seal_shared_classes` ran in this process (inherited across fork)."""
+    return _prepared
 
 
 def seal_shared_classes() -> int:
@@ -105,6 +114,7 @@ def seal_shared_classes() -> int:
     Raises RuntimeError (the worker then exits before any plugin code runs) if this
     interpreter's type layout is not the one the offset was written for.
     """
+    global _prepared  # noqa: PLW0603 - once per process, inherited by forks
     if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13):
         raise RuntimeError("class sealing supports CPython 3.11-3.13 only")
     pythonapi = ctypes.pythonapi
@@ -121,4 +131,5 @@ def seal_shared_classes() -> int:
         cell.value = flags | _IMMUTABLETYPE
         pythonapi.PyType_Modified(cls)
         changed += 1
+    _prepared = True
     return changed
