@@ -279,6 +279,8 @@ async def run_in_sandbox(
         finally:
             fs.close()
             await fetch.aclose()
+            if db is not None:
+                db.close()
 
 
 def create_app(limits: HostLimits | None = None) -> Starlette:

@@ -111,6 +111,7 @@ async def run_python_example(folder: Path, console: Console) -> int:
         finally:
             fs.close()
             await fetch.aclose()
+            db.close()
         denied = metrics.value(PERMISSION_DENIED.name)
         console.print(f"  plugin.permission_denied_total = {denied:g}\n")
     return 0
