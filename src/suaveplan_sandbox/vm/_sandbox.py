@@ -35,15 +35,15 @@ import signal
 import socket
 import threading
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, final
 
 import psutil
 
-from suaveplan_sandbox.adapters import Adapters, BeneathRootFs
-from suaveplan_sandbox.adapters._protocols import EventHandler
-from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.adapters import Adapters, StandardAdapters, open_standard_adapters
+from suaveplan_sandbox.adapters._protocols import EventHandler, QueryResult
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import InMemoryMetrics, MetricsSink
 from suaveplan_sandbox.permissions import (
@@ -203,7 +203,7 @@ class VmSandbox:
         self._sampler: asyncio.TimerHandle | None = None
         self._proc: psutil.Process | None = None
         self._subscriptions: list[str] = []
-        self._owned_fs: BeneathRootFs | None = None
+        self._owned: StandardAdapters | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     def _move(self, event: str) -> None:
@@ -302,9 +302,9 @@ class VmSandbox:
         await self._gateway.close()
         for task in list(self._host_tasks):
             task.cancel()
-        if self._owned_fs is not None:
-            self._owned_fs.close()
-            self._owned_fs = None
+        if self._owned is not None:
+            owned, self._owned = self._owned, None
+            await owned.aclose()
 
     # -- channel --------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -409,6 +409,14 @@ class VmSandbox:
             reply = HostFailure(id=msg.id, error=exc.to_wire())  # type: ignore[arg-type]
         except asyncio.CancelledError:
             return
+        except Exception:  # the gateway translates adapter errors; answer, never leave it hanging
+            _log.exception("host call failed for plugin %s", self._plugin)
+            reply = HostFailure(
+                id=msg.id,
+                error=SuaveplanError(  # type: ignore[arg-type]
+                    "SAND_ADAPTER_FAILED", "the host failed to serve the request"
+                ).to_wire(),
+            )
         if self._job is not job:
             return  # the job ended (or the worker died) while the adapter ran
         try:
@@ -601,17 +609,32 @@ async def create_vm_sandbox(
     clock: Clock | None = None,
     audit: Any = None,
     require_hardening: tuple[str, ...] | list[str] = (),
+    data_dir: str | os.PathLike[str] | None = None,
     _test_process_probe: bool = False,
 ) -> VmSandbox:
-    """Check the plugin, fork a hardened worker for it and wait until it is ready."""
+    """Check the plugin, fork a hardened worker for it and wait until it is ready.
+
+    Without `proxies=`, the sandbox opens (and on dispose closes) the standard adapter set for
+    what the manifest grants (`open_standard_adapters`): fs beneath the policy root, public
+    fetch, a private event bus, the audit log; SQLite under `data_dir` when the manifest has
+    a database (without `data_dir`, db requests fail with `SAND_ADAPTER_MISSING`). Secrets
+    need an explicit `proxies=` (nothing is read from the environment).
+    """
     bundle = load_plugin(plugin_module_path)
     sb = VmSandbox(_token=_PRIVATE)
     sb._plugin = plugin_name or policy.plugin
     sb._metrics = metrics if metrics is not None else InMemoryMetrics()
     checker = PermissionChecker(policy, plugin=sb._plugin, metrics=sb._metrics)
     if proxies is None:
-        sb._owned_fs = _default_fs(policy)
-        adapters = Adapters(fs=sb._owned_fs)
+        # The standard set for what the manifest grants; the sandbox owns and closes it.
+        sb._owned = await open_standard_adapters(
+            policy,
+            data_dir=data_dir,
+            db=None if data_dir is not None or policy.table_prefix is None else _NoDatabase(),
+        )
+        adapters = sb._owned.adapters
+        if audit is None:
+            audit = sb._owned.audit
     else:
         adapters = proxies
     sb._gateway = Gateway(
@@ -663,11 +686,14 @@ async def create_vm_sandbox(
     return sb
 
 
-def _default_fs(policy: PermissionPolicy) -> BeneathRootFs | None:
-    """The fs adapter a sandbox owns when the host gave no proxies: beneath the policy root."""
-    if not policy.fs_rules:
-        return None
-    return BeneathRootFs(policy.root)
+@final
+class _NoDatabase:
+    """The db adapter when the manifest has a database but the host gave no `data_dir`."""
+
+    async def query(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
+        raise SuaveplanError(
+            "SAND_ADAPTER_MISSING", "the host provides no db adapter", {"capability": "db"}
+        )
 
 
 @final
