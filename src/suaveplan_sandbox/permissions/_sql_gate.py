@@ -157,7 +157,16 @@ class _Walk:
     def table(self, node: exp.Table, ctes: frozenset[str]) -> None:
         if node.args.get("db") is not None or node.args.get("catalog") is not None:
             raise _Rejected
-        name = self.identifier(node.this)
+        self.table_name(self.identifier(node.this), ctes)
+
+    def in_table(self, field: exp.Column, ctes: frozenset[str]) -> None:
+        """SQLite's `expr IN table-name`: sqlglot parses the name as a column, SQLite reads
+        the table (found by fuzzing against SQLite's authorizer)."""
+        if any(field.args.get(k) is not None for k in ("table", "db", "catalog")):
+            raise _Rejected
+        self.table_name(self.identifier(field.this), ctes)
+
+    def table_name(self, name: str, ctes: frozenset[str]) -> None:
         if name.lower() in _SYSTEM_NAMES:
             raise _Rejected
         if name in ctes:
@@ -191,13 +200,19 @@ class _Walk:
             node.args.get("db") is not None or node.args.get("catalog") is not None
         ):
             raise _Rejected
+        skip_field = False
+        if kind is exp.In:
+            field = node.args.get("field")
+            if isinstance(field, exp.Column):
+                self.in_table(field, ctes)
+                skip_field = True
         # A DML target is always a real table, even when a CTE of the same name is in scope
         # (`WITH users AS (...) DELETE FROM users` deletes from the real `users`).
         targets = _DML_TARGET_KEYS if kind in _DML_KINDS else ()
         for key, child in node.args.items():
             if child is with_ and with_ is not None:
                 continue
-            if key == "_type":
+            if key == "_type" or (skip_field and key == "field"):
                 continue
             self.children(child, frozenset() if key in targets else ctes)
 
