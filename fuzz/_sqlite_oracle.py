@@ -30,6 +30,7 @@ _DML_ACTIONS: Final = _TABLE_ACTIONS | frozenset(
 _MAX_STEPS: Final = 20_000
 _MAX_LENGTH: Final = 100_000
 _NAMES_GATE: Final = SqlGate(PREFIX, cache_size=0)
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def _database(sql: str) -> sqlite3.Connection:
@@ -83,7 +84,14 @@ def violations(sql: str, prefix: str = PREFIX) -> list[str]:
     if "\x00" in sql:
         return ["holds a NUL, which C-string engines read as the end of the statement"]
     tables, functions, actions = engine_touches(sql)
-    found = [f"touches unprefixed table {t!r}" for t in sorted(tables) if not t.startswith(prefix)]
+    # SQLite matches table names ASCII-case-insensitively (quoted or not), and the authorizer
+    # reports a name as the query spelled it: fold the way SQLite does before the prefix test.
+    folded = prefix.translate(_ASCII_LOWER)
+    found = [
+        f"touches unprefixed table {t!r}"
+        for t in sorted(tables)
+        if not t.translate(_ASCII_LOWER).startswith(folded)
+    ]
     found += [f"calls {f!r}" for f in sorted(functions - SQLITE_SAFE_FUNCTIONS)]
     found += [f"makes SQLite do action {a}" for a in sorted(actions - _DML_ACTIONS)]
     return found

@@ -88,6 +88,9 @@ def _selects(draw: st.DrawFn, depth: int = 0) -> str:
         sql += f" JOIN {draw(_TABLES)} ON 1 = 1"
     if depth < 2 and draw(st.booleans()):
         sql += f" WHERE a IN ({draw(_selects(depth + 1))})"
+    elif draw(st.booleans()):
+        # SQLite's `expr IN table-name`, which sqlglot reads as a column.
+        sql += f" WHERE a {draw(st.sampled_from(['IN', 'NOT IN']))} {draw(_TABLES)}"
     if depth < 2 and draw(st.booleans()):
         sql += f" UNION SELECT a FROM {draw(_TABLES)}"
     return sql
