@@ -327,6 +327,19 @@ def _plain_result(value: object) -> object:
 @click.option("--args", "args_json", default="[]", help="JSON list of arguments.")
 @click.option("--argv", "argv", multiple=True, help="argv for a WASM command module (repeat).")
 @click.option("--trace", is_flag=True, help="Print every capability decision as it happens.")
+@click.option(
+    "--db",
+    "db_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="SQLite file for the plugin's tables (default: a temporary one, migrations applied).",
+)
+@click.option(
+    "--secret",
+    "secret_names",
+    multiple=True,
+    help="Give the plugin secret NAME from the environment variable NAME (repeat).",
+)
 @click.option("--json", "as_json", is_flag=True)
 def run_command(  # noqa: PLR0917 — click passes options positionally
     plugin: str,
@@ -336,6 +349,8 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
     args_json: str,
     argv: tuple[str, ...],
     trace: bool,
+    db_path: str | None,
+    secret_names: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Run PLUGIN (a .py file, package folder or .wasm module) under --manifest.
@@ -363,6 +378,8 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
                 argv=list(argv),
                 trace=trace,
                 as_json=as_json,
+                db_path=Path(db_path) if db_path else None,
+                secret_names=secret_names,
             )
         )
     except SuaveplanError as exc:
