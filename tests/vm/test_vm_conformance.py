@@ -54,6 +54,10 @@ def test_dispose_twice_is_a_noop_and_cancels_in_flight_adapter_calls() -> None:
     run("dispose twice is a no-op")
 
 
+def test_events_reach_subscribers_only_as_declared() -> None:
+    run("events reach subscribers only as declared")
+
+
 def test_in_package_sandbox_passes_the_conformance_harness() -> None:
     run_vm_sandbox_conformance("self", create_vm_sandbox)
 

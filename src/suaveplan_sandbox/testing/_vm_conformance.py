@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, Final
 
-from suaveplan_sandbox.adapters import Adapters
-from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.adapters import Adapters, EventHandler
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.testing._fakes import FakeFetch, InMemoryFs
@@ -36,11 +36,12 @@ async def _with(
     *,
     proxies: Adapters | None = None,
     metrics: InMemoryMetrics | None = None,
+    manifest: dict[str, Any] | None = None,
 ) -> Any:
     root = Path(tempfile.mkdtemp(prefix="sp-vm-conf-"))
     plugin = root / "plugin.py"
     plugin.write_text(source)
-    policy = PermissionPolicy.from_manifest(_MANIFEST, root=root)
+    policy = PermissionPolicy.from_manifest(manifest or _MANIFEST, root=root)
     return await make(
         plugin_module_path=str(plugin),
         policy=policy,
@@ -174,6 +175,55 @@ async def dispose_twice_is_a_noop(make: VmSandboxFactory) -> None:
     assert await _code_of(sb.call("f")) == "SAND_VM_DISPOSED"
 
 
+class _BroadcastBus:
+    """A careless host bus: every event goes to every subscriber, whatever its pattern."""
+
+    def __init__(self) -> None:
+        self.handlers: list[EventHandler] = []
+
+    async def publish(self, plugin: str, topic: str, payload: WireValue) -> None:
+        for handler in list(self.handlers):
+            await handler(topic, payload)
+
+    async def subscribe(self, plugin: str, pattern: str, handler: EventHandler) -> _NoSub:
+        self.handlers.append(handler)
+        return _NoSub()
+
+
+class _NoSub:
+    async def close(self) -> None:
+        return None
+
+
+async def events_reach_subscribers_only_as_declared(make: VmSandboxFactory) -> None:
+    bus, metrics = _BroadcastBus(), InMemoryMetrics()
+    manifest = {**_MANIFEST, "events": {"subscribes": ["orders.*"]}}
+    sb = await _with(
+        make,
+        "from suaveplan import events\n\nSEEN = []\n\n"
+        "@events.subscribe('orders.*')\ndef on(payload):\n    SEEN.append(payload)\n\n"
+        "def seen():\n    return SEEN\n",
+        proxies=Adapters(events=bus),
+        metrics=metrics,
+        manifest=manifest,
+    )
+    try:
+        assert bus.handlers, "the plugin's subscription never reached the host's bus"
+        await bus.publish("host", "payroll.salaries", {"leak": True})
+        await bus.publish("host", "orders.created", {"id": 1})
+        seen: object = []
+        for _ in range(200):
+            seen = await sb.call("seen")
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == [{"id": 1}], seen
+        denied = metrics.value("plugin.permission_denied_total", capability="events")
+        assert denied >= 1, metrics.samples()
+    finally:
+        await sb.dispose()
+
+
 VM_SCENARIOS: Final[list[tuple[str, Scenario]]] = [
     ("process global is unreachable", process_global_is_unreachable),
     ("builtins are frozen", builtins_are_frozen),
@@ -183,6 +233,10 @@ VM_SCENARIOS: Final[list[tuple[str, Scenario]]] = [
     ("denied fetch never reaches the adapter", denied_fetch_never_reaches_the_adapter),
     ("built-in module import is rejected at create", builtin_module_import_is_rejected_at_create),
     ("dispose twice is a no-op", dispose_twice_is_a_noop),
+    (
+        "events reach subscribers only as declared",
+        events_reach_subscribers_only_as_declared,
+    ),
 ]
 
 
