@@ -6,6 +6,10 @@ only in a hardened worker process (they are irreversible and process-wide).
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import hmac
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +18,8 @@ import pytest
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
+from suaveplan_sandbox.vm._guest._seal import is_prepared, is_sealed
+from suaveplan_sandbox.vm._hardening import hardening_was_applied
 
 PLUGIN = """
 import dataclasses
@@ -229,3 +235,54 @@ async def test_classes_shared_with_the_worker_cannot_be_patched(
 
 async def test_the_plugins_own_classes_stay_mutable(sandbox: VmSandbox) -> None:
     assert await sandbox.call("patch_own") == [5, 2, 3, '{"a": 1}', 1]
+
+
+ALL_MODULES_PLUGIN = """
+import base64, binascii, cmath, collections, csv, dataclasses, datetime, decimal, enum
+import fractions, functools, hashlib, hmac, itertools, json, math, random, re, statistics
+import textwrap, typing, uuid
+import urllib.parse
+from io import BytesIO, StringIO
+
+
+def use():
+    return [
+        statistics.mean([1, 2, 3]),
+        str(fractions.Fraction(1, 3)),
+        abs(cmath.sqrt(-4)),
+        len(str(uuid.uuid4())),
+        hmac.new(b"k", b"m", "sha256").hexdigest()[:8],
+        urllib.parse.quote("a b"),
+        next(csv.reader(StringIO("x,y"))),
+        textwrap.shorten("a b c d", 5),
+    ]
+"""
+
+
+async def test_every_allowlisted_module_imports_and_works_in_a_real_worker(
+    tmp_path: Path,
+) -> None:
+    # A worker under Landlock cannot open module files: the fork server preloads them all.
+    (tmp_path / "plugin.py").write_text(ALL_MODULES_PLUGIN)
+    policy = PermissionPolicy.from_manifest({"name": "mods"}, root=tmp_path)
+    async with await create_vm_sandbox(
+        plugin_module_path=tmp_path / "plugin.py", policy=policy
+    ) as sb:
+        assert await sb.call("use") == [
+            2,
+            "1/3",
+            2.0,
+            36,
+            hmac.new(b"k", b"m", "sha256").hexdigest()[:8],
+            "a%20b",
+            ["x", "y"],
+            "[...]",
+        ]
+
+
+def test_sealing_never_happens_in_the_host_process() -> None:
+    # The sandboxes above ran in workers; this process (the host) must be untouched.
+    assert not hardening_was_applied()
+    assert not is_prepared()
+    for cls in (json.JSONEncoder, dataclasses.Field, enum.Enum, SuaveplanError):
+        assert not is_sealed(cls), cls
