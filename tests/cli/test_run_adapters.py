@@ -32,11 +32,11 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_summarize_runs_with_a_migrated_sqlite_db_and_an_event_bus(
     invoices: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = tmp_path / "billing.db"
+    data = tmp_path / "data"
     code, out, err = _run(
         capsys,
         "run", str(invoices / "plugin.py"), "--manifest", str(invoices / "manifest.toml"),
-        "--call", "summarize", "--args", '["march"]', "--db", str(db), "--trace", "--json",
+        "--call", "summarize", "--args", '["march"]', "--data-dir", str(data), "--trace", "--json",
     )  # fmt: skip
     assert code == 0, err
     assert json.loads(out) == {"result": {"acme": 130.5, "globex": 99.99}}
@@ -47,7 +47,7 @@ def test_summarize_runs_with_a_migrated_sqlite_db_and_an_event_bus(
         ("db", "query", True),
         ("events", "publish", True),
     ]
-    with sqlite3.connect(db) as conn:
+    with sqlite3.connect(data / "invoice-summary.sqlite3") as conn:
         assert conn.execute("SELECT month, customers FROM billing_reports").fetchall() == [
             ("march", 2)
         ]

@@ -328,11 +328,11 @@ def _plain_result(value: object) -> object:
 @click.option("--argv", "argv", multiple=True, help="argv for a WASM command module (repeat).")
 @click.option("--trace", is_flag=True, help="Print every capability decision as it happens.")
 @click.option(
-    "--db",
-    "db_path",
+    "--data-dir",
+    "data_dir",
     default=None,
-    type=click.Path(dir_okay=False),
-    help="SQLite file for the plugin's tables (default: a temporary one, migrations applied).",
+    type=click.Path(file_okay=False),
+    help="Where the plugin's SQLite database lives (DIR/NAME.sqlite3; default: a temp dir).",
 )
 @click.option(
     "--secret",
@@ -349,7 +349,7 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
     args_json: str,
     argv: tuple[str, ...],
     trace: bool,
-    db_path: str | None,
+    data_dir: str | None,
     secret_names: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -378,7 +378,7 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
                 argv=list(argv),
                 trace=trace,
                 as_json=as_json,
-                db_path=Path(db_path) if db_path else None,
+                data_dir=Path(data_dir) if data_dir else None,
                 secret_names=secret_names,
             )
         )

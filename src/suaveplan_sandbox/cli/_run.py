@@ -1,11 +1,11 @@
 """`suaveplan-sandbox run`: run one plugin function (Python) or export / command (WASM).
 
-The plugin gets the host's real adapters for its manifest: files beneath the manifest's folder
-(`--root` to change; WASM sees them as preopens), outbound HTTP through `HttpxFetch` (private
-addresses refused), a SQLite database for its table prefix (`--db FILE`, default a temporary
-one, with the manifest's migrations applied), an in-process event bus, and the secrets named
-with `--secret NAME`, read from the environment variable of the same name (never from the
-command line). `--trace` prints every capability decision as the gateway makes it.
+The plugin gets the host's standard adapters for its manifest (`open_standard_adapters`): files
+beneath the manifest's folder (`--root` to change; WASM sees them as preopens), outbound HTTP
+through `HttpxFetch` (private addresses refused), SQLite in `--data-dir DIR` (default a
+temporary one) with the manifest's migrations applied, an in-process event bus, and only the
+secrets named with `--secret NAME`, read from the environment variable of the same name (never
+from the command line). `--trace` prints every capability decision as the gateway makes it.
 """
 
 from __future__ import annotations
@@ -20,16 +20,7 @@ from typing import Any
 
 import click
 
-from suaveplan_sandbox.adapters import (
-    Adapters,
-    AuditRecord,
-    BeneathRootFs,
-    HttpxFetch,
-    InProcessEventBus,
-    SqliteDb,
-    StaticSecrets,
-    apply_migrations,
-)
+from suaveplan_sandbox.adapters import Adapters, AuditRecord, AuditSink, open_standard_adapters
 from suaveplan_sandbox.permissions import PermissionPolicy
 
 
@@ -72,25 +63,28 @@ async def run_plugin(
     argv: list[str],
     trace: bool,
     as_json: bool,
-    db_path: Path | None = None,
+    data_dir: Path | None = None,
     secret_names: tuple[str, ...] = (),
     environ: Mapping[str, str] | None = None,
 ) -> Any:
     policy = PermissionPolicy.from_manifest(manifest, root=root or manifest.parent)
-    audit = TraceAudit(as_json=as_json) if trace else None
+    audit: AuditSink | None = TraceAudit(as_json=as_json) if trace else None
     env = os.environ if environ is None else environ
     missing = [name for name in secret_names if name not in env]
     if missing:
         raise click.UsageError(f"--secret {missing[0]}: no environment variable of that name")
     async with AsyncExitStack() as stack:
-        adapters = await _adapters(
-            policy,
-            manifest,
-            db_path=db_path,
-            secret_names=secret_names,
-            env=env,
-            stack=stack,
+        if data_dir is None and policy.table_prefix:
+            data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="suaveplan-")))
+        standard = await stack.enter_async_context(
+            await open_standard_adapters(
+                policy,
+                data_dir=data_dir,
+                secrets={name: env[name] for name in secret_names},
+            )
         )
+        adapters = standard.adapters
+        audit = audit if audit is not None else standard.audit
         if plugin.suffix == ".wasm":
             from suaveplan_sandbox.wasm import create_wasm_sandbox
 
@@ -123,32 +117,3 @@ async def run_plugin(
             )
         )
         return await sb.call(call, *args)
-
-
-async def _adapters(
-    policy: PermissionPolicy,
-    manifest: Path,
-    *,
-    db_path: Path | None,
-    secret_names: tuple[str, ...],
-    env: Mapping[str, str],
-    stack: AsyncExitStack,
-) -> Adapters:
-    """The real adapters `run` wires; everything is closed when `stack` unwinds."""
-    fs = BeneathRootFs(policy.root)
-    stack.callback(fs.close)
-    fetch = HttpxFetch()
-    stack.push_async_callback(fetch.aclose)
-    db: SqliteDb | None = None
-    prefix = policy.table_prefix
-    if prefix:
-        if db_path is None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="suaveplan-run-"))
-            db_path = Path(tmp) / "plugin.db"
-        db = SqliteDb(db_path, plugin_prefix=prefix)
-        stack.callback(db.close)
-        database = policy.manifest.database
-        if database is not None and database.migrations:
-            await apply_migrations(db, manifest.parent / database.migrations, plugin=policy.plugin)
-    secrets = StaticSecrets({name: env[name] for name in secret_names})
-    return Adapters(fs=fs, fetch=fetch, db=db, secrets=secrets, events=InProcessEventBus())
