@@ -51,11 +51,6 @@ REMOVED_NAMES = _names(_REMOVED)
 ABSENT_BUILTINS = _names(_bullet("What is not available", "**Builtins**").split(";")[0])
 ABSENT_MODULES = _names(_bullet("What is not available", "**Modules**").split("→")[0])
 
-# Allowlisted, but their facades are built lazily inside the worker, after Landlock has
-# closed the filesystem, so the import fails where Landlock is active (see the report: the
-# fork server should build every facade before forking).
-_LAZY_UNDER_LANDLOCK = {"cmath", "statistics"}
-
 
 async def _sandbox_result(
     tmp_path: Path, source: str, call: str, *args: Any, manifest: dict[str, Any] | None = None
@@ -120,21 +115,7 @@ async def test_import_is_a_dunder_name_refused_at_load(tmp_path: Path) -> None:
     assert info.value.details["line"] == 2
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        pytest.param(
-            m,
-            marks=pytest.mark.xfail(
-                reason="facade built after Landlock; see the lazy-facade note above",
-                strict=False,
-            ),
-        )
-        if m in _LAZY_UNDER_LANDLOCK
-        else m
-        for m in DOCUMENTED_MODULES
-    ],
-)
+@pytest.mark.parametrize("module", DOCUMENTED_MODULES)
 async def test_every_documented_module_imports_in_a_real_worker(
     tmp_path: Path, module: str
 ) -> None:
