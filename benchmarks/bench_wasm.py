@@ -68,23 +68,28 @@ def _batch(fn: Callable[[], object], number: int) -> float:
 
 
 def paired(
-    fn: Callable[[], object], baseline: Callable[[], object], *, rounds: int = 15
+    fn: Callable[[], object], baseline: Callable[[], object], *, rounds: int = 31
 ) -> tuple[float, float]:
-    """Medians of `fn` and `baseline`, measured in alternating batches.
+    """Medians of `fn` and `baseline`, measured in alternating ~5 ms batches.
 
     The machine is shared and its load changes from second to second; alternating keeps both
-    sides under the same load, where measuring one after the other skews their ratio.
+    sides under the same load, where measuring one after the other skews their ratio. Which
+    side goes first alternates too, so a load pattern in step with the rounds hits both.
     """
-    number = max(1, round(0.01 / max(_batch(fn, 3), 1e-9)))
-    base_number = max(1, round(0.01 / max(_batch(baseline, 3), 1e-9)))
+    number = max(1, round(0.005 / max(_batch(fn, 3), 1e-9)))
+    base_number = max(1, round(0.005 / max(_batch(baseline, 3), 1e-9)))
     ours: list[float] = []
     theirs: list[float] = []
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(rounds):
-            ours.append(_batch(fn, number))
-            theirs.append(_batch(baseline, base_number))
+        for i in range(rounds):
+            if i % 2:
+                theirs.append(_batch(baseline, base_number))
+                ours.append(_batch(fn, number))
+            else:
+                ours.append(_batch(fn, number))
+                theirs.append(_batch(baseline, base_number))
     finally:
         if gc_was_enabled:
             gc.enable()

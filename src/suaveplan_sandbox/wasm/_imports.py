@@ -37,7 +37,7 @@ def _view(caller: wasmtime.Caller, sb: WasmSandbox) -> GuestMemory:
     # The running guest's `memory` export, found before the call (the same extern
     # `caller.get("memory")` returns, without a lookup per import); looked up here when the
     # import runs during instantiation (a start function).
-    mem = sb.guest_memory
+    mem = sb._guest_memory
     if mem is None:
         found = caller.get("memory")
         if not isinstance(found, wasmtime.Memory):

@@ -207,7 +207,7 @@ class WasmSandbox:
         self._exports: Mapping[str, object] | None = None
         # The running guest's exported `memory`, for host imports (saves a lookup per import).
         # Only set while a guest of this store runs: it must never meet another store.
-        self.guest_memory: wasmtime.Memory | None = None
+        self._guest_memory: wasmtime.Memory | None = None
         # cpuPercent: thread CPU time sampled by an epoch callback on the guest thread.
         self._cpu = CpuWatcher() if policy.budgets.cpu_percent is not None else None
         self._store, self._instance = self._instantiate(argv=(), stdin=None, out=None, err=None)
@@ -359,14 +359,14 @@ class WasmSandbox:
             memory = exports.get("memory")
             watch = self._arm_deadline(store)
             _current.sb = self
-            self.guest_memory = memory if isinstance(memory, wasmtime.Memory) else None
+            self._guest_memory = memory if isinstance(memory, wasmtime.Memory) else None
             try:
                 return func(store, *args)
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
                 raise self._guest_failure(exc, store, instance, watch) from exc
             finally:
                 _current.sb = None
-                self.guest_memory = None
+                self._guest_memory = None
                 self._disarm()
 
     def _run_sync(self, argv: tuple[str, ...], stdin: bytes) -> RunResult:
@@ -388,7 +388,7 @@ class WasmSandbox:
             watch = self._arm_deadline(store)
             code = 0
             _current.sb = self
-            self.guest_memory = memory if isinstance(memory, wasmtime.Memory) else None
+            self._guest_memory = memory if isinstance(memory, wasmtime.Memory) else None
             try:
                 start(store)
             except wasmtime.ExitTrap as exc:
@@ -399,7 +399,7 @@ class WasmSandbox:
                 raise self._guest_failure(exc, store, instance, watch) from exc
             finally:
                 _current.sb = None
-                self.guest_memory = None
+                self._guest_memory = None
                 self._disarm()
                 del store, instance, exports, memory
             return RunResult(exit_code=code, stdout=bytes(out), stderr=bytes(err))
