@@ -13,9 +13,9 @@
 `manifest` is the manifest as a JSON object (the same fields as `manifest.toml`), `plugin`
 the source of one module, `call` a public top-level function, `args` its arguments, `files`
 optional text files seeded into the plugin's root. Each request gets a fresh temp directory
-as the plugin's root, the host's real adapters on it (`BeneathRootFs`, `SqliteDb`,
-`InProcessEventBus`, `HttpxFetch`, `StaticSecrets`), and its own worker; everything is
-removed when the response is sent.
+as the plugin's root, the library's standard adapters on it (`open_standard_adapters`:
+`BeneathRootFs`, `HttpxFetch`, `SqliteDb`, an event bus, the host's configured secrets), and
+its own worker; everything is removed when the response is sent.
 
 Responses are JSON: `{"result": ..., "decisions": [...]}` on success, otherwise
 `{"error": {"code", "message", "details"}, "decisions": [...]}` with the status from
@@ -45,15 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from suaveplan_sandbox.adapters import (
-    Adapters,
-    AuditRecord,
-    BeneathRootFs,
-    HttpxFetch,
-    InProcessEventBus,
-    SqliteDb,
-    StaticSecrets,
-)
+from suaveplan_sandbox.adapters import AuditRecord, open_standard_adapters
 from suaveplan_sandbox.errors import SuaveplanError, define_codes
 from suaveplan_sandbox.metrics import PrometheusMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
@@ -254,33 +246,23 @@ async def run_in_sandbox(
         plugin_file = plugin_dir / "plugin.py"
         plugin_file.write_text(req.plugin)
         policy = PermissionPolicy.from_manifest(_with_budgets(req.manifest, limits), root=root)
-        fs = BeneathRootFs(root)
-        fetch = HttpxFetch(timeout=10.0)
-        # No table prefix, no database: the gateway then fails db calls closed.
-        prefix = policy.table_prefix
-        db = SqliteDb(Path(tmp) / "plugin.db", plugin_prefix=prefix) if prefix else None
-        adapters = Adapters(
-            fs=fs,
-            fetch=fetch,
-            db=db,
-            secrets=StaticSecrets(dict(limits.secrets)),
-            events=InProcessEventBus(),
-        )
-        try:
-            async with await create_vm_sandbox(
+        # The library's production set for what the manifest grants: fs beneath the root,
+        # public-only fetch, SQLite (with migrations) under the request's data dir, a private
+        # event bus, and only the secrets this host was configured with.
+        async with (
+            await open_standard_adapters(
+                policy, data_dir=Path(tmp) / "data", secrets=dict(limits.secrets)
+            ) as standard,
+            await create_vm_sandbox(
                 plugin_module_path=plugin_file,
                 policy=policy,
-                proxies=adapters,
+                proxies=standard.adapters,
                 metrics=metrics,
                 audit=audit,
                 require_hardening=limits.require_hardening,
-            ) as sb:
-                return await sb.call(req.call, *req.args)
-        finally:
-            fs.close()
-            await fetch.aclose()
-            if db is not None:
-                db.close()
+            ) as sb,
+        ):
+            return await sb.call(req.call, *req.args)
 
 
 def create_app(limits: HostLimits | None = None) -> Starlette:

@@ -222,3 +222,30 @@ def test_a_deeply_nested_body_is_a_coded_400_not_a_crash(base_url: str) -> None:
         "message": "the body is not valid JSON",
         "details": {"field": "body"},
     }
+
+
+def test_a_declared_database_gets_sqlite_with_the_seeded_migrations(base_url: str) -> None:
+    plugin = (
+        "from suaveplan import db\n\n\n"
+        "def note(text):\n"
+        "    db.query('INSERT INTO app_notes (body) VALUES (?)', [text])\n"
+        "    return db.query('SELECT body FROM app_notes')\n\n\n"
+        "def peek():\n"
+        "    return db.query('SELECT * FROM sqlite_master')\n"
+    )
+    manifest = {
+        "name": "notes",
+        "kind": "python",
+        "database": {"tablePrefix": "app_", "migrations": "migrations"},
+    }
+    files = {"migrations/001_notes.sql": "CREATE TABLE app_notes (body TEXT NOT NULL);"}
+    body = {"manifest": manifest, "plugin": plugin, "call": "note", "args": ["hi"], "files": files}
+    r = httpx.post(f"{base_url}/run", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["result"] == [{"body": "hi"}]
+    # each request has its own database: nothing leaks from the previous one
+    r = httpx.post(f"{base_url}/run", json=body, timeout=30)
+    assert r.json()["result"] == [{"body": "hi"}]
+    r = httpx.post(f"{base_url}/run", json={**body, "call": "peek", "args": []}, timeout=30)
+    assert r.status_code == 403, r.text
+    assert r.json()["error"]["details"] == {"capability": "db", "reason": "statement-not-permitted"}
