@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import gc
 import json
 import os
@@ -143,10 +144,28 @@ class Growth:
 
 
 # Sampled with every sandbox idle at both ends, so a healthy host returns to the same fd
-# and process counts exactly. Threads may grow by the default executor's lazily started
-# workers (bounded by its pool size). RSS grows a little as allocator arenas and wasmtime's
-# caches settle; a per-call leak of even 1 KiB exceeds this within a minute of calls.
+# and process counts exactly. The loop's default executor (the fs adapter's `to_thread`) is
+# started at full size before the baseline, so its threads are no growth; the slack of 2
+# covers a replaced WASM sandbox's worker thread still unwinding when the sample is taken.
+# RSS grows a little as allocator arenas and wasmtime's caches settle; a per-call leak of
+# even 1 KiB exceeds this within a minute of calls.
 TOLERANCES: Final = Growth(fds=0, processes=0, threads=2, rss_mb=48.0)
+EXECUTOR_THREADS: Final = 8
+
+
+async def _start_default_executor() -> None:
+    """Give the loop a default executor and start every one of its threads now.
+
+    `ThreadPoolExecutor` starts workers lazily, up to its size: left alone, the first busy
+    minute adds threads that look like growth but are the pool filling up.
+    """
+    loop = asyncio.get_running_loop()
+    pool = concurrent.futures.ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="asyncio")
+    loop.set_default_executor(pool)
+    barrier = threading.Barrier(EXECUTOR_THREADS)  # each waiter holds a thread of its own
+    await asyncio.gather(
+        *(loop.run_in_executor(None, barrier.wait) for _ in range(EXECUTOR_THREADS))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +457,7 @@ async def run_soak(
     if sandboxes < 2 or seconds <= 0:
         raise ValueError("need at least 2 sandboxes (one VM, one WASM) and a positive duration")
     warm = warmup_s if warmup_s is not None else min(5.0, max(1.0, seconds / 6))
+    await _start_default_executor()
     with tempfile.TemporaryDirectory(prefix="suaveplan-soak-") as tmp:
         soak = _Soak(Path(tmp), seed=seed, leak_fds=_leak_fds)
         holder: list[Any] = []
