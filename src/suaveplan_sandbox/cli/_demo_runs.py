@@ -19,15 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from suaveplan_sandbox.adapters import (
-    Adapters,
-    BeneathRootFs,
-    HttpxFetch,
-    InProcessEventBus,
-    SqliteDb,
-    StaticSecrets,
-    apply_migrations,
-)
+from suaveplan_sandbox.adapters import open_standard_adapters
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import PERMISSION_DENIED, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
@@ -75,43 +67,40 @@ async def run_python_example(folder: Path, console: Console) -> int:
         shutil.copytree(folder, root)
         (root / "reports").mkdir(exist_ok=True)
         policy = PermissionPolicy.from_manifest(root / "manifest.toml", root=root)
-        db = SqliteDb(Path(tmp) / "plugin.db", plugin_prefix=policy.table_prefix or "")
-        migrations = policy.manifest.database.migrations if policy.manifest.database else None
-        if migrations:
-            await apply_migrations(db, root / migrations, plugin=policy.plugin)
-        events = InProcessEventBus()
-        fs = BeneathRootFs(root)
-        fetch = HttpxFetch(timeout=10.0)
         metrics = InMemoryMetrics()
-        secrets = StaticSecrets({"STRIPE_SECRET_KEY": _DEMO_KEY})
-        adapters = Adapters(fs=fs, db=db, events=events, fetch=fetch, secrets=secrets)
         entry = root / (policy.manifest.entry or "plugin.py")
-        try:
-            async with await create_vm_sandbox(
-                plugin_module_path=entry, policy=policy, proxies=adapters, metrics=metrics
-            ) as sb:
-                active = ", ".join(sb.hardening.active)
-                console.print(f"[bold]{policy.plugin}[/]: Python worker hardened with {active}")
-                totals = await sb.call("summarize", "march")
-                console.print(f"  summarize('march') -> {totals}")
-                report = (root / "reports" / "march.txt").read_text().strip().replace("\n", "; ")
-                console.print(f"  wrote reports/march.txt: {report}")
-                with fake_payment_api() as api:
-                    owed = await sb.call("reconcile", "march", api)
-                console.print(f"  reconcile('march', <fake payment API on {api}>) -> {owed}")
-                elsewhere = "https://payments.evil.example"
-                for label, call, args in (
-                    (f"reconcile('march', {elsewhere!r})", "reconcile", ("march", elsewhere)),
-                    ("try_to_escape()", "try_to_escape", ()),
-                ):
-                    try:
-                        await sb.call(call, *args)
-                    except SuaveplanError as exc:
-                        console.print(f"  {label} refused: {exc.code} {exc.details}")
-        finally:
-            fs.close()
-            await fetch.aclose()
-            db.close()
+        # The library's standard set: fs, HTTP, SQLite with the migrations, events, secrets.
+        async with (
+            await open_standard_adapters(
+                policy,
+                data_dir=Path(tmp) / "data",
+                secrets={"STRIPE_SECRET_KEY": _DEMO_KEY},
+            ) as standard,
+            await create_vm_sandbox(
+                plugin_module_path=entry,
+                policy=policy,
+                proxies=standard.adapters,
+                metrics=metrics,
+            ) as sb,
+        ):
+            active = ", ".join(sb.hardening.active)
+            console.print(f"[bold]{policy.plugin}[/]: Python worker hardened with {active}")
+            totals = await sb.call("summarize", "march")
+            console.print(f"  summarize('march') -> {totals}")
+            report = (root / "reports" / "march.txt").read_text().strip().replace("\n", "; ")
+            console.print(f"  wrote reports/march.txt: {report}")
+            with fake_payment_api() as api:
+                owed = await sb.call("reconcile", "march", api)
+            console.print(f"  reconcile('march', <fake payment API on {api}>) -> {owed}")
+            elsewhere = "https://payments.evil.example"
+            for label, call, args in (
+                (f"reconcile('march', {elsewhere!r})", "reconcile", ("march", elsewhere)),
+                ("try_to_escape()", "try_to_escape", ()),
+            ):
+                try:
+                    await sb.call(call, *args)
+                except SuaveplanError as exc:
+                    console.print(f"  {label} refused: {exc.code} {exc.details}")
         denied = metrics.value(PERMISSION_DENIED.name)
         console.print(f"  plugin.permission_denied_total = {denied:g}\n")
     return 0
