@@ -194,3 +194,32 @@ async def test_what_the_host_sees_when_a_function_fails(
         await _sandbox_result(tmp_path, source, call)
     assert info.value.code == code
     assert details.items() <= info.value.details.items()
+
+
+def _api_names() -> list[str]:
+    """Every `module.function(` the runtime-API section documents (`fs.read_text(...)`, ...)."""
+    body = GUIDE.split("## The `suaveplan` runtime API\n", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"`@?((?:fs|db|secrets|events|log)\.[a-z_]+)\(", body)
+    # `log.debug / log.info / log.warning / log.error(msg, *args)` names four at once
+    for spelled in re.findall(r"`((?:log\.[a-z]+ / )+log\.[a-z]+)\(", body):
+        found.extend(name.strip() for name in spelled.split("/"))
+    return sorted(set(found))
+
+
+API_NAMES = _api_names()
+
+
+def test_the_runtime_api_section_was_parsed() -> None:
+    assert {"fs.read_text", "fs.list_dir", "db.query", "secrets.get", "events.subscribe"} <= set(
+        API_NAMES
+    )
+    assert {"log.debug", "log.error"} <= set(API_NAMES)
+
+
+async def test_every_documented_runtime_function_exists(tmp_path: Path) -> None:
+    checks = ", ".join(f"hasattr({n.split('.')[0]}, {n.split('.')[1]!r})" for n in API_NAMES)
+    source = (
+        "from suaveplan import db, events, fetch, fs, log, secrets, SuaveplanError\n\n\n"
+        f"def probe():\n    return [callable(fetch), {checks}]\n"
+    )
+    assert await _sandbox_result(tmp_path, source, "probe") == [True] * (len(API_NAMES) + 1)
