@@ -9,6 +9,10 @@ the decoder stays broken: the peer is not trusted to resynchronise.
 from __future__ import annotations
 
 import enum
+import struct
+import threading
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Final
 
 import msgpack
@@ -18,6 +22,20 @@ from suaveplan_sandbox.protocol._messages import FIELD_NAMES, MESSAGE_TYPES, Mes
 
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 _PREFIX: Final = 4
+_LENGTH: Final = struct.Struct(">I")
+# A Packer per thread: building one per frame is most of a small frame's encoding cost, and a
+# Packer is not thread-safe (hosts run blocking facades on their own threads).
+_packers = threading.local()
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Message], tuple[object, ...]]:
+    if len(names) == 1:
+        (name,) = names
+        return lambda msg: (getattr(msg, name),)
+    return attrgetter(*names)
+
+
+_GETTERS: Final = {cls: _getter(names) for cls, names in FIELD_NAMES.items()}
 
 
 class _NeedData(enum.Enum):
@@ -41,17 +59,21 @@ class ProtocolError(SuaveplanError):
 
 def encode(msg: Message, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
     """The frame bytes for `msg`; raises `ProtocolError` if it cannot be encoded or is too big."""
-    names = FIELD_NAMES.get(type(msg))
-    if names is None:
+    getter = _GETTERS.get(type(msg))
+    if getter is None:
         raise ProtocolError("unknown-message-type")
-    payload = [msg.TYPE, *(getattr(msg, n) for n in names)]
+    payload = [msg.TYPE, *getter(msg)]
+    packer: msgpack.Packer | None = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
     try:
-        body: bytes = msgpack.packb(payload, use_bin_type=True, strict_types=False)
+        # On error the Packer discards what it had written, so it stays reusable.
+        body: bytes = packer.pack(payload)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError("unencodable", exc) from exc
     if len(body) > max_frame_bytes:
         raise ProtocolError("frame-too-large")
-    return len(body).to_bytes(_PREFIX, "big") + body
+    return _LENGTH.pack(len(body)) + body
 
 
 def _no_ext(code: int, data: bytes) -> object:
@@ -67,12 +89,24 @@ class _State(enum.Enum):
 class FrameDecoder:
     """Incremental decoder for frames from an untrusted peer."""
 
-    __slots__ = ("_buf", "_max", "_state")
+    __slots__ = ("_buf", "_max", "_state", "_unpack_options")
 
     def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes <= 0:
             raise ValueError("max_frame_bytes must be positive")
         self._max = max_frame_bytes
+        limit = max_frame_bytes
+        self._unpack_options: dict[str, object] = {
+            "raw": False,
+            "strict_map_key": True,
+            "use_list": True,
+            "ext_hook": _no_ext,
+            "max_str_len": limit,
+            "max_bin_len": limit,
+            "max_array_len": limit,
+            "max_map_len": limit,
+            "max_ext_len": 0,
+        }
         self._buf = bytearray()
         self._state = _State.OK
 
@@ -93,7 +127,7 @@ class FrameDecoder:
         buf = self._buf
         if len(buf) < _PREFIX:
             return NEED_DATA
-        size = int.from_bytes(buf[:_PREFIX], "big")
+        (size,) = _LENGTH.unpack_from(buf)
         if size > self._max:
             self._state = _State.BROKEN
             raise ProtocolError("frame-too-large")
@@ -109,31 +143,22 @@ class FrameDecoder:
             raise
 
     def _parse(self, body: bytes) -> Message:
-        limit = self._max
         try:
-            raw = msgpack.unpackb(
-                body,
-                raw=False,
-                strict_map_key=True,
-                use_list=True,
-                ext_hook=_no_ext,
-                max_str_len=limit,
-                max_bin_len=limit,
-                max_array_len=limit,
-                max_map_len=limit,
-                max_ext_len=0,
-            )
+            raw = msgpack.unpackb(body, **self._unpack_options)
         except Exception as exc:  # msgpack raises many types; all mean "malformed"
             raise ProtocolError("undecodable", exc) from exc
         if type(raw) is not list or not raw or type(raw[0]) is not str:
             raise ProtocolError("not-a-message")
-        cls = MESSAGE_TYPES.get(raw[0])
-        if cls is None:
+        spec = _DECODERS.get(raw[0])
+        if spec is None:
             raise ProtocolError("unknown-message-type")
-        names = FIELD_NAMES[cls]
+        cls, names = spec
         if len(raw) != len(names) + 1:
             raise ProtocolError("wrong-field-count")
         try:
             return cls(**dict(zip(names, raw[1:], strict=True)))
         except (TypeError, ValueError) as exc:
             raise ProtocolError("invalid-field", exc) from exc
+
+
+_DECODERS: Final = {tag: (cls, FIELD_NAMES[cls]) for tag, cls in MESSAGE_TYPES.items()}

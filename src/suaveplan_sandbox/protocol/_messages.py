@@ -27,7 +27,7 @@ def _check_name(value: object, what: str) -> None:
 
 
 def _check_map(value: object, what: str) -> None:
-    if type(value) is not dict or not all(type(k) is str for k in value):
+    if type(value) is not dict or (value and not all(type(k) is str for k in value)):
         raise ValueError(f"{what} must be a dict with str keys")
 
 
