@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import os
 import signal
@@ -36,7 +35,7 @@ import socket
 import threading
 from collections import deque
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar, final
 
 import psutil
@@ -130,16 +129,20 @@ def _recode_guest_error(
     return err
 
 
-class _State(enum.Enum):
-    STARTING = "starting"
-    IDLE = "idle"
-    CALLING = "calling"
-    CRASHED = "crashed"
-    DISPOSED = "disposed"
+class _State:
+    """Lifecycle states. Plain strings, not an enum: the table is consulted twice per call and
+    an enum member hashes in Python code."""
+
+    STARTING: Final = "starting"
+    IDLE: Final = "idle"
+    CALLING: Final = "calling"
+    CRASHED: Final = "crashed"
+    DISPOSED: Final = "disposed"
+    ALL: Final = (STARTING, IDLE, CALLING, CRASHED, DISPOSED)
 
 
 _S = _State
-_TRANSITIONS: Final[dict[tuple[_State, str], _State]] = {
+_TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     (_S.STARTING, "ready"): _S.IDLE,
     (_S.STARTING, "crash"): _S.CRASHED,
     (_S.IDLE, "call"): _S.CALLING,
@@ -147,7 +150,7 @@ _TRANSITIONS: Final[dict[tuple[_State, str], _State]] = {
     (_S.IDLE, "crash"): _S.CRASHED,
     (_S.CALLING, "crash"): _S.CRASHED,
     (_S.CRASHED, "crash"): _S.CRASHED,
-    **{(s, "dispose"): _S.DISPOSED for s in _State},
+    **{(s, "dispose"): _S.DISPOSED for s in _State.ALL},
 }
 
 
@@ -164,7 +167,7 @@ class _Job:
     fut: asyncio.Future[Any] | None
     topic: str = ""
     # (capability, reason) of every request the gateway denied during this job.
-    denials: set[tuple[str, str]] = field(default_factory=set)
+    denials: frozenset[tuple[str, str]] = frozenset()
 
 
 @final
@@ -174,7 +177,7 @@ class VmSandbox:
     def __init__(self, *, _token: object) -> None:
         if _token is not _PRIVATE:
             raise TypeError("use create_vm_sandbox()")
-        self._state = _S.STARTING
+        self._state: str = _S.STARTING
         self._loop = asyncio.get_running_loop()
         self._sock: socket.socket | None = None
         self._fd = -1
@@ -209,12 +212,12 @@ class VmSandbox:
     def _move(self, event: str) -> None:
         nxt = _TRANSITIONS.get((self._state, event))
         if nxt is None:
-            raise _crashed(f"unexpected {event} in {self._state.value}")
+            raise _crashed(f"unexpected {event} in {self._state}")
         self._state = nxt
 
     @property
     def state(self) -> str:
-        return self._state.value
+        return self._state
 
     @property
     def pid(self) -> int:
@@ -403,9 +406,8 @@ class VmSandbox:
             reply: Message = HostReply(id=msg.id, value=value)
         except SuaveplanError as exc:
             if exc.code == _DENIED:
-                job.denials.add(
-                    (str(exc.details.get("capability")), str(exc.details.get("reason")))
-                )
+                key = (str(exc.details.get("capability")), str(exc.details.get("reason")))
+                job.denials = job.denials | {key}
             reply = HostFailure(id=msg.id, error=exc.to_wire())  # type: ignore[arg-type]
         except asyncio.CancelledError:
             return
@@ -456,7 +458,7 @@ class VmSandbox:
             return  # the sample breached a budget: the job failed with it
         err: SuaveplanError | None = None
         if isinstance(msg, Failure):
-            err = _recode_guest_error(SuaveplanError.from_wire(msg.error), frozenset(job.denials))
+            err = _recode_guest_error(SuaveplanError.from_wire(msg.error), job.denials)
             if self._is_memory_breach(err):
                 return  # still the current job: the crash failed it with BUDGET_EXCEEDED
         self._tracker.end_call()
