@@ -28,6 +28,9 @@ _BOOTSTRAP: Final = (
 )
 
 
+_SEND_FAILED: Final = "send"
+
+
 def _failed(why: str, cause: BaseException | None = None) -> SuaveplanError:
     return SuaveplanError(
         "SAND_VM_FORK_SERVER_FAILED", "the fork server is unavailable", {"why": why}, cause
@@ -96,7 +99,11 @@ class ForkServer:
         self._next_id += 1
         req["id"] = self._next_id
         try:
-            socket.send_fds(ctl, [msgpack.packb(req, use_bin_type=True)], fds)
+            try:
+                socket.send_fds(ctl, [msgpack.packb(req, use_bin_type=True)], fds)
+            except OSError as exc:
+                # Nothing reached the zygote: the caller may safely retry on a fresh one.
+                raise _failed(_SEND_FAILED, exc) from exc
             while True:
                 data = ctl.recv(65536)
                 if not data:
@@ -131,7 +138,28 @@ class ForkServer:
         require: tuple[str, ...],
         probe: bool = False,
     ) -> int:
-        """Fork a worker serving `bundle` on `worker_sock` (our end is the caller's). Its pid."""
+        """Fork a worker serving `bundle` on `worker_sock` (our end is the caller's). Its pid.
+
+        A zygote found dead when the request could not even be sent (it died since the last
+        request and was not reaped yet) is restarted and the request retried once; one that
+        dies after receiving it fails the request (it may have forked).
+        """
+        try:
+            return self._fork(bundle, worker_sock, rlimits=rlimits, require=require, probe=probe)
+        except SuaveplanError as exc:
+            if exc.details.get("why") != _SEND_FAILED:
+                raise
+        return self._fork(bundle, worker_sock, rlimits=rlimits, require=require, probe=probe)
+
+    def _fork(
+        self,
+        bundle: PluginBundle,
+        worker_sock: socket.socket,
+        *,
+        rlimits: tuple[int | None, int | None],
+        require: tuple[str, ...],
+        probe: bool,
+    ) -> int:
         with self._lock:
             ctl = self._ensure()
             if bundle.digest not in self._loaded:

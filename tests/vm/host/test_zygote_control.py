@@ -146,3 +146,40 @@ def test_the_zygote_still_ends_on_eof_of_its_control_socket() -> None:
     assert proc.wait(timeout=10) == 0
     srv._ctl = None
     srv.shutdown()
+
+
+def test_a_zygote_dead_but_not_yet_reaped_is_restarted_and_the_fork_retried(
+    tmp_path: Any,
+) -> None:
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from suaveplan_sandbox.vm._guest import load_plugin
+
+    (tmp_path / "p.py").write_text("def f():\n    return 1\n")
+    bundle = load_plugin(tmp_path / "p.py")
+    srv = ForkServer()
+    try:
+        srv.ping()
+        proc = srv._proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        for _ in range(500):
+            if psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE:
+                break
+            time.sleep(0.01)
+        # The host has not reaped it yet: it still looks alive, so the request is sent to it.
+        proc.poll = lambda: None  # type: ignore[method-assign]
+        ours, theirs = socket.socketpair()
+        try:
+            pid = srv.fork(bundle, theirs, rlimits=(None, None), require=())
+        finally:
+            theirs.close()
+        assert srv.starts == 2
+        assert pid in srv.live
+        ours.close()
+    finally:
+        srv.shutdown()
