@@ -244,5 +244,6 @@ def run() -> list[BenchRow]:
 if __name__ == "__main__":
     for row in run():
         print(
-            f"{row.name:42} {row.ratio:6.2f}x  vs {row.baseline_name:40} {row.target} ok={row.ok}"
+            f"{row.name:42} {row.value_s * 1e6:9.1f} us {row.ratio:6.2f}x"
+            f" vs {row.baseline_name:38} {row.baseline_s * 1e6:9.1f} us {row.target} ok={row.ok}"
         )
