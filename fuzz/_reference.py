@@ -18,6 +18,7 @@ __all__ = [
     "FetchVerdict",
     "reference_allows",
     "reference_fetch",
+    "reference_host_matches",
     "reference_normalise",
 ]
 
@@ -88,6 +89,22 @@ def _split_rule(rule: str) -> tuple[bool, bool, str, int | None]:
     return http, wildcard, host[2:] if wildcard else host, port
 
 
+def reference_host_matches(
+    rules: list[str], host: str, *, is_ip: bool, port: int
+) -> list[tuple[str, bool]]:
+    """(rule, has `http:`) for every rule whose host and port admit a canonical `host`."""
+    matches: list[tuple[str, bool]] = []
+    for rule in rules:
+        http, wildcard, rule_host, rule_port = _split_rule(rule)
+        canonical = _host_of(rule_host)
+        if canonical is None or (rule_port is not None and rule_port != port):
+            continue
+        hit = (not is_ip and host.endswith("." + canonical)) if wildcard else host == canonical
+        if hit:
+            matches.append((rule, http))
+    return matches
+
+
 def reference_fetch(rules: list[str], url: str) -> FetchVerdict:
     """The fetch decision for `url` under already-valid `rules`, by a linear scan."""
     try:
@@ -102,15 +119,7 @@ def reference_fetch(rules: list[str], url: str) -> FetchVerdict:
     host = host[:-1] if host.endswith(".") else host
     port = int(parsed.port) if parsed.port else _DEFAULT_PORTS[scheme]
     is_ip = int(parsed.host_type) in _IP_TYPES
-    matches: list[tuple[str, bool]] = []
-    for rule in rules:
-        http, wildcard, rule_host, rule_port = _split_rule(rule)
-        canonical = _host_of(rule_host)
-        if canonical is None or (rule_port is not None and rule_port != port):
-            continue
-        hit = (not is_ip and host.endswith("." + canonical)) if wildcard else host == canonical
-        if hit:
-            matches.append((rule, http))
+    matches = reference_host_matches(rules, host, is_ip=is_ip, port=port)
     if not matches:
         return FetchVerdict(outcome="host-not-in-allowlist")
     if scheme == "http":

@@ -5,7 +5,9 @@ Input layout: byte 0 says how many of the following newline-separated lines are 
 
 * compiling the rules raises only `FetchRuleError` (a `SAND_MANIFEST_INVALID` upstream);
 * `check_fetch` on the URL never raises and never takes its fail-closed exception path;
-* its decision (reason, matching rule, serialised href) equals `fuzz._reference.reference_fetch`.
+* its decision (reason, matching rule, serialised href) equals `fuzz._reference.reference_fetch`;
+* `check_connect` to the URL's canonical host and effective port (a WASM guest's raw socket)
+  is allowed exactly when the reference finds a host/port match, naming the same first rule.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import sys
 from collections.abc import Iterator
 
+import ada_url
 import atheris
 
 with atheris.instrument_imports(include=["suaveplan_sandbox"]):
@@ -21,7 +24,7 @@ with atheris.instrument_imports(include=["suaveplan_sandbox"]):
     from suaveplan_sandbox.permissions import Allow, Deny, PermissionChecker, PermissionPolicy
     from suaveplan_sandbox.permissions._fetch_rules import FetchRuleError, FetchRuleSet
 
-from fuzz._reference import reference_fetch
+from fuzz._reference import reference_fetch, reference_host_matches
 from fuzz._target import Finding, run_target, vector_cases
 
 
@@ -71,6 +74,32 @@ def test_one_input(data: bytes) -> None:
         raise Finding(f"check_fetch returned {type(decision).__name__}")
     if got != (expected.outcome, expected.rule, expected.href):
         raise Finding(f"{rules!r} {url!r}: checker {got!r}, reference {expected!r}")
+    _check_connect_agrees(checker, rules, url)
+
+
+def _check_connect_agrees(checker: PermissionChecker, rules: list[str], url: str) -> None:
+    """A raw connect (WASM sockets) to a URL's canonical host:port follows the same host rules."""
+    try:
+        parsed = ada_url.URL(url)
+    except ValueError:
+        return
+    if parsed.protocol not in ("https:", "http:") or not parsed.hostname:
+        return
+    raw = parsed.hostname
+    host = raw.removesuffix(".")
+    port = int(parsed.port) if parsed.port else (443 if parsed.protocol == "https:" else 80)
+    is_ip = int(parsed.host_type) in (int(ada_url.HostType.IPV4), int(ada_url.HostType.IPV6))
+    socket_host = raw[1:-1] if raw.startswith("[") else raw  # as a socket API takes it
+    decision = checker.check_connect(socket_host, port)
+    expected = reference_host_matches(rules, host, is_ip=is_ip, port=port)
+    if "*" in host or port == 0:
+        # WHATWG lets `*` into a domain (so fetch judges `https://*.com/` by labels) and
+        # accepts port 0; a raw connect refuses both outright, the stricter side.
+        expected = []
+    if decision.allowed != bool(expected) or (
+        isinstance(decision, Allow) and decision.rule != expected[0][0]
+    ):
+        raise Finding(f"{rules!r} connect {socket_host!r}:{port}: {decision!r} vs {expected!r}")
 
 
 def seeds() -> Iterator[bytes]:
