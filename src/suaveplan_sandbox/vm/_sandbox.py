@@ -537,8 +537,13 @@ class VmSandbox:
     def _subscriber(self, subscription: str) -> EventHandler:
         async def deliver(topic: str, payload: object) -> None:
             # Never await the delivery: a plugin publishing to its own subscription would
-            # wait on itself. The job queue keeps deliveries in order with calls.
-            self._deliver(subscription, topic, payload)
+            # wait on itself. The job queue keeps deliveries in order with calls. A bus shared
+            # with sandboxes on other loops (blocking facades) may call from another thread.
+            if asyncio.get_running_loop() is self._loop:
+                self._deliver(subscription, topic, payload)
+            else:
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody listens
+                    self._loop.call_soon_threadsafe(self._deliver, subscription, topic, payload)
 
         return deliver
 

@@ -165,3 +165,21 @@ async def test_a_failing_subscriber_is_logged_and_the_sandbox_carries_on(tmp_pat
         assert await sb.call("ok") == "ok"
         assert sb.events_delivered == 1
         assert sb.state == "idle"
+
+
+def test_a_bus_shared_with_a_blocking_sandbox_delivers_across_threads(tmp_path: Path) -> None:
+    import asyncio
+
+    from suaveplan_sandbox.vm import create_vm_sandbox_sync
+
+    bus = InMemoryEvents()
+    (tmp_path / "listener.py").write_text(LISTENER)
+    policy = _policy(tmp_path, "listener", {"subscribes": ["orders.*", "audit.*"]})
+    with create_vm_sandbox_sync(
+        plugin_module_path=tmp_path / "listener.py",
+        policy=policy,
+        proxies=Adapters(events=bus, fs=InMemoryFs()),
+    ) as sb:
+        # Published from this thread's loop; the sandbox's loop runs on its own thread.
+        asyncio.run(bus.publish("host", "orders.created", {"id": 7}))
+        assert sb.call("seen") == [{"id": 7}]
