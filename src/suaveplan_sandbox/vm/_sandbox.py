@@ -262,12 +262,20 @@ class VmSandbox:
             self._sampler = None
 
     def _fail_jobs(self, err: SuaveplanError) -> None:
-        jobs = [self._job, *self._waiting] if self._job is not None else list(self._waiting)
+        """The job in flight fails with `err`; queued ones, never sent, as after a crash."""
+        current, waiting = self._job, list(self._waiting)
         self._job = None
         self._waiting.clear()
-        for job in jobs:
+        if current is not None and current.fut is not None and not current.fut.done():
+            current.fut.set_exception(err)
+        for job in waiting:
             if job.fut is not None and not job.fut.done():
-                job.fut.set_exception(err)
+                if err.code == "SAND_VM_DISPOSED":
+                    job.fut.set_exception(err)
+                else:
+                    later = _crashed("earlier-crash")
+                    later.__cause__ = err
+                    job.fut.set_exception(later)
 
     def _crash(self, err: SuaveplanError, *, count: bool = True) -> None:
         if self._state in (_S.CRASHED, _S.DISPOSED):

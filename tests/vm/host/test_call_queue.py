@@ -72,3 +72,24 @@ async def test_a_call_cancelled_in_flight_leaves_the_sandbox_usable(tmp_path: Pa
         assert await sb.call("fast", "b") == "b"
         assert sb.state == "idle"
         assert await sb.call("ran") == ["a", "b"]
+
+
+async def test_a_budget_breach_fails_the_call_in_flight_and_queued_calls_as_a_crash(
+    tmp_path: Path,
+) -> None:
+    from suaveplan_sandbox.errors import SuaveplanError
+
+    (tmp_path / "p.py").write_text(
+        "def spin():\n    while True:\n        pass\n\ndef f():\n    return 1\n"
+    )
+    policy = PermissionPolicy.from_manifest(
+        {"name": "queue", "permissions": {"budgets": {"wallClockMs": 200}}}, root=tmp_path
+    )
+    async with await create_vm_sandbox(plugin_module_path=tmp_path / "p.py", policy=policy) as sb:
+        results = await asyncio.gather(sb.call("spin"), sb.call("f"), return_exceptions=True)
+        first, queued = results
+        assert isinstance(first, SuaveplanError)
+        assert isinstance(queued, SuaveplanError)
+        assert (first.code, first.details["budget"]) == ("BUDGET_EXCEEDED", "wallClockMs")
+        assert queued.code == "SAND_VM_WORKER_CRASHED"
+        assert queued.details["why"] == "earlier-crash"
