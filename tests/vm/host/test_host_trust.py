@@ -120,3 +120,20 @@ async def test_a_denial_in_an_earlier_call_does_not_vouch_for_a_later_one(tmp_pa
         err = await _raised(call)
         assert err.code == "SAND_VM_PLUGIN_ERROR"
         assert err.details["claimed_code"] == "SAND_PERM_DENIED"
+
+
+async def test_a_worker_that_stops_reading_cannot_stall_the_host_loop(tmp_path: Path) -> None:
+    from suaveplan_sandbox.vm._sandbox import MAX_OUTBOUND_BYTES
+
+    async with await _sandbox(tmp_path) as sb:
+        call = asyncio.ensure_future(sb.call("spin"))  # busy: it reads nothing meanwhile
+        await asyncio.sleep(0.05)
+        chunk = b"\0" * (4 * 1024 * 1024)
+        # With a blocking send this loop would hang the host (the test would time out).
+        for _ in range(MAX_OUTBOUND_BYTES // len(chunk) + 2):
+            sb._write(chunk)  # what the host does for replies
+            if sb.state == "crashed":
+                break
+        err = await _raised(call)
+        assert err.code == "SAND_VM_WORKER_CRASHED"
+        assert err.details["why"] == "backpressure"
