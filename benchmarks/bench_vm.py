@@ -12,7 +12,9 @@ is shared and noisy, so every figure is the median of several alternating rounds
   (`add_reader` + one future per request). A same-process round trip (both socket ends in
   one thread, ~9 µs here) is not a baseline for a cross-process call: it has no wake-up of
   another process and no context switch, which are most of the cost on this machine. We also
-  report the blocking variant (no event loop at all), the floor for any Python peer.
+  report the blocking variant (no event loop at all), the floor for any Python peer, and the
+  same asyncio echo with both ends using our sans-IO codec (validated message objects), which
+  isolates what the sandbox adds on top of the protocol.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import msgpack
 from benchmarks._harness import BenchRow, measure, ratio_row
 from suaveplan_sandbox.adapters import Adapters
 from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.protocol import NEED_DATA, Call, FrameDecoder, encode
 from suaveplan_sandbox.testing import InMemoryFs
 from suaveplan_sandbox.vm import create_vm_sandbox
 from suaveplan_sandbox.vm._zygote import fork_server
@@ -69,6 +72,25 @@ while True:
         s.sendall(len(rep).to_bytes(4, "big") + rep)
 """
 
+# The same echo through our sans-IO codec on both ends (validated message objects): what the
+# protocol itself costs, without any sandbox machinery.
+_CODEC_ECHO = """
+import json, socket, sys
+sys.path[:0] = json.loads(sys.argv[2])
+from suaveplan_sandbox.protocol import NEED_DATA, FrameDecoder, Result, encode
+s = socket.socket(fileno=int(sys.argv[1]))
+decoder = FrameDecoder()
+while True:
+    msg = decoder.next_message()
+    if msg is NEED_DATA:
+        data = s.recv(262144)
+        if not data:
+            break
+        decoder.receive_data(data)
+        continue
+    s.sendall(encode(Result(id=msg.id, value=None)))
+"""
+
 ROUNDS: Final = 5
 
 
@@ -80,10 +102,10 @@ def _frame() -> bytes:
 class _Echo:
     """A second process answering framed msgpack requests over a socketpair."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: str = _ECHO) -> None:
         self.sock, theirs = socket.socketpair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _ECHO, str(theirs.fileno()), json.dumps(sys.path)],
+            [sys.executable, "-I", "-S", "-c", source, str(theirs.fileno()), json.dumps(sys.path)],
             pass_fds=(theirs.fileno(),),
         )
         theirs.close()
@@ -114,6 +136,31 @@ class _Echo:
                 fut = loop.create_future()
                 waiter.append(fut)
                 sock.send(frame)
+                await fut
+            return (time.perf_counter() - t) / n
+        finally:
+            loop.remove_reader(sock.fileno())
+            sock.setblocking(True)
+
+    async def codec_driven(self, n: int) -> float:
+        """The host half through our codec too: `encode(Call)` out, `FrameDecoder` in."""
+        loop = asyncio.get_running_loop()
+        sock, decoder = self.sock, FrameDecoder()
+        sock.setblocking(False)
+        waiter: list[asyncio.Future[object]] = []
+
+        def readable() -> None:
+            decoder.receive_data(sock.recv(65536))
+            while (msg := decoder.next_message()) is not NEED_DATA:
+                waiter.pop().set_result(msg)
+
+        loop.add_reader(sock.fileno(), readable)
+        try:
+            t = time.perf_counter()
+            for i in range(n):
+                fut = loop.create_future()
+                waiter.append(fut)
+                sock.send(encode(Call(id=i, name="noop", args=[], kwargs={})))
                 await fut
             return (time.perf_counter() - t) / n
         finally:
@@ -184,18 +231,21 @@ def run() -> list[BenchRow]:
         sb = await create_vm_sandbox(
             plugin_module_path=str(root / "p.py"), policy=policy, proxies=Adapters(fs=fs)
         )
-        echo = _Echo()
+        echo, codec_echo = _Echo(), _Echo(_CODEC_ECHO)
         try:
             await _per_call(lambda: sb.call("noop"), 200)
             await echo.asyncio_driven(200)
-            calls, reads, xp_async, xp_block = [], [], [], []
+            await codec_echo.codec_driven(200)
+            calls, reads, xp_async, xp_block, xp_codec = [], [], [], [], []
             for _ in range(ROUNDS):
                 xp_async.append(await echo.asyncio_driven(1000))
                 calls.append(await _per_call(lambda: sb.call("noop"), 1000))
+                xp_codec.append(await codec_echo.codec_driven(1000))
                 xp_block.append(echo.blocking(1000))
                 reads.append(await _per_call(lambda: sb.call("read"), 300))
         finally:
             echo.close()
+            codec_echo.close()
             await sb.dispose()
         call_s, read_s = statistics.median(calls), statistics.median(reads)
         base_async, base_block = statistics.median(xp_async), statistics.median(xp_block)
@@ -207,6 +257,15 @@ def run() -> list[BenchRow]:
                 call_s,
                 "cross-process msgpack echo (blocking)",
                 base_block,
+                at_most=1.5,
+            )
+        )
+        rows.append(
+            ratio_row(
+                "vm.call noop",
+                call_s,
+                "cross-process echo, our codec (asyncio)",
+                statistics.median(xp_codec),
                 at_most=1.5,
             )
         )
