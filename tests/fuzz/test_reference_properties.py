@@ -9,11 +9,11 @@ from a small grammar over prefixed tables, decoys, CTEs and a mix of safe and un
 from __future__ import annotations
 
 import pytest
-from fuzz._reference import reference_fetch
-from fuzz._sqlite_oracle import PREFIX, violations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz._reference import reference_fetch
+from fuzz._sqlite_oracle import PREFIX, violations
 from suaveplan_sandbox.permissions import Allow, Deny
 from suaveplan_sandbox.permissions._fetch_rules import FetchRuleSet
 from suaveplan_sandbox.permissions._sql_gate import SqlGate

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import posixpath
 
-from fuzz._reference import reference_allows, reference_normalise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fuzz._reference import reference_allows, reference_normalise
 from suaveplan_sandbox.permissions._decision import Allow, DenyReason
 from suaveplan_sandbox.permissions._fetch_rules import FetchRuleSet, canonical_host
 from suaveplan_sandbox.permissions._fs_rules import FsRuleSet, normalize_request_path

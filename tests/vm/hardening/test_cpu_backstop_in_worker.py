@@ -78,4 +78,6 @@ async def test_the_backstop_is_per_call_so_many_short_calls_add_up_beyond_it(
         before = sb_cpu(sb)
         for _ in range(6):
             assert await sb.call("burn", iterations) == iterations
-        assert sb_cpu(sb) - before > 2.0
+        # Calibration is rough on a loaded machine; what matters is that the calls together
+        # used clearly more than the 1 s one armed limit would have allowed.
+        assert sb_cpu(sb) - before > 1.3
