@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,7 @@ class Report:
     faults: dict[str, Tally] = field(default_factory=dict)  # kind -> injected/survived
     fuzz: dict[str, dict[str, float]] = field(default_factory=dict)  # target -> figures
     soak: dict[str, Any] | None = None
+    machine: dict[str, str] = field(default_factory=dict)  # what the evidence ran on
     problems: list[str] = field(default_factory=list)
 
 
@@ -119,6 +121,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
 def render(report: Report) -> str:
     """One Markdown table per evidence kind under a single heading, ready to paste."""
     out: list[str] = []
+    if report.machine:
+        out.append("Machine: " + ", ".join(f"{k} {v}" for k, v in report.machine.items()))
+        out.append("")
     layers = sorted({layer for by_layer in report.escapes.values() for layer in by_layer})
     rows: list[list[object]] = []
     totals = {layer: Tally() for layer in layers}
@@ -182,6 +187,19 @@ def render(report: Report) -> str:
     return "\n".join(out) + "\n"
 
 
+def machine_facts() -> dict[str, str]:
+    """Interpreter, kernel and which hardening layers this machine gives the VM workers."""
+    from suaveplan_sandbox.vm._hardening import probe_hardening
+
+    layers = probe_hardening()
+    missing = {name: why for name, why in layers.items() if why != "ok"}
+    return {
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "hardening": "all layers" if not missing else f"missing {missing}",
+    }
+
+
 def _run(cmd: list[str], env: Mapping[str, str], report: Report, what: str) -> str:
     print(f"security-report: {what} ...", file=sys.stderr, flush=True)
     # The commands are fixed argv lists built above from sys.executable; no shell, no input.
@@ -213,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
 
-    report = Report()
+    report = Report(machine=machine_facts())
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="suaveplan-security-") as directory:
         env = dict(os.environ, **{REPORT_DIR_ENV: directory})

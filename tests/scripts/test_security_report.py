@@ -79,6 +79,13 @@ def test_any_bad_input_makes_the_report_fail(sr: ModuleType, feed: object, probl
     assert "Result: PROBLEMS" in sr.render(report)
 
 
+def test_the_machine_line_names_interpreter_kernel_and_hardening(sr: ModuleType) -> None:
+    facts = sr.machine_facts()
+    assert set(facts) == {"python", "kernel", "hardening"}
+    text = sr.render(sr.Report(machine=facts))
+    assert text.startswith("Machine: python ")
+
+
 def test_rows_file_rejects_non_object_lines(sr: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "escapes.jsonl"
     path.write_text(json.dumps({"family": "a"}) + "\n\n" + json.dumps([1]) + "\n")
