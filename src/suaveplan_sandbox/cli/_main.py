@@ -387,7 +387,10 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
         if as_json:
             click.echo(json.dumps({"error": exc.to_wire()}, sort_keys=True))
         else:
-            click.echo(f"error {exc.code}: {exc.message} {json.dumps(exc.details)}", err=True)
+            # The manifest's message already says where (file or field paths) and why.
+            shown = exc.details and exc.code != "SAND_MANIFEST_INVALID"
+            extra = f" {json.dumps(exc.details)}" if shown else ""
+            click.echo(f"error {exc.code}: {exc.message}{extra}", err=True)
         sys.exit(EXIT_DENY if exc.code in _REFUSALS else EXIT_INVALID)
     click.echo(json.dumps({"result": _plain_result(result)} if as_json else _plain_result(result)))
     sys.exit(EXIT_ALLOW)

@@ -21,7 +21,25 @@ from typing import Any
 import click
 
 from suaveplan_sandbox.adapters import Adapters, AuditRecord, AuditSink, open_standard_adapters
+from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
+
+ACCEPTED_PLUGIN_KINDS = (".py file", "package folder with __init__.py", ".wasm module")
+
+
+def plugin_kind(plugin: Path) -> str:
+    """`python` or `wasm`; anything else is `SAND_INVALID_ARGUMENT` naming the accepted kinds."""
+    if plugin.is_file() and plugin.suffix == ".wasm":
+        return "wasm"
+    if (plugin.is_file() and plugin.suffix == ".py") or (plugin / "__init__.py").is_file():
+        return "python"
+    what = "folder without __init__.py" if plugin.is_dir() else f"{plugin.suffix or 'no'} suffix"
+    raise SuaveplanError(
+        "SAND_INVALID_ARGUMENT",
+        f"cannot run {plugin} ({what}): a plugin is a .py file, a package folder with "
+        "__init__.py or a .wasm module",
+        {"plugin": str(plugin), "accepted": list(ACCEPTED_PLUGIN_KINDS)},
+    )
 
 
 class TraceAudit:
@@ -67,6 +85,9 @@ async def run_plugin(
     secret_names: tuple[str, ...] = (),
     environ: Mapping[str, str] | None = None,
 ) -> Any:
+    kind = plugin_kind(plugin)
+    if kind == "python" and call is None:
+        raise click.UsageError("Python plugins need --call NAME")
     policy = PermissionPolicy.from_manifest(manifest, root=root or manifest.parent)
     audit: AuditSink | None = TraceAudit(as_json=as_json) if trace else None
     env = os.environ if environ is None else environ
@@ -85,7 +106,7 @@ async def run_plugin(
         )
         adapters = standard.adapters
         audit = audit if audit is not None else standard.audit
-        if plugin.suffix == ".wasm":
+        if kind == "wasm":
             from suaveplan_sandbox.wasm import create_wasm_sandbox
 
             wasm_adapters = Adapters(
@@ -109,8 +130,7 @@ async def run_plugin(
             return await wsb.call(call, *args)
         from suaveplan_sandbox.vm import create_vm_sandbox
 
-        if call is None:
-            raise click.UsageError("Python plugins need --call NAME")
+        assert call is not None  # checked above, before any adapter was opened
         sb = await stack.enter_async_context(
             await create_vm_sandbox(
                 plugin_module_path=plugin, policy=policy, proxies=adapters, audit=audit

@@ -237,32 +237,46 @@ def parse_manifest(data: object, *, source: str = "dict") -> Manifest:
         raise _manifest_error(_problems(exc), source) from None
 
 
+def _file_error(path: Path, reason: str, message: str) -> SuaveplanError:
+    """A problem with the manifest file itself (no field to point at): code, file, reason."""
+    return SuaveplanError(
+        "SAND_MANIFEST_INVALID",
+        f"manifest file {path}: {message}",
+        {"file": str(path), "reason": reason, "errors": []},
+    )
+
+
 def load_manifest(source: Mapping[str, object] | Manifest | str | os.PathLike[str]) -> Manifest:
-    """Load a manifest from a mapping, or a `.json` / `.toml` file."""
+    """Load a manifest from a mapping, or a `.json` / `.toml` file.
+
+    A problem with the file itself raises `SAND_MANIFEST_INVALID` with `details.file` and
+    `details.reason` (`unreadable`, `too-large`, `unsupported-suffix`, `unparsable`,
+    `not-a-mapping`) and an empty `details.errors`; a problem inside it names field paths.
+    """
     if not isinstance(source, str | os.PathLike):
         return parse_manifest(source)
     path = Path(source)
+    if path.suffix not in (".toml", ".json"):
+        shown = repr(path.suffix) if path.suffix else "no suffix"
+        raise _file_error(
+            path, "unsupported-suffix", f"has {shown}; a manifest is a .toml or .json file"
+        )
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
-        raise _manifest_error(
-            [{"path": "", "field": "", "message": f"cannot read manifest file: {exc.strerror}"}],
-            path.name,
-        ) from exc
+        why = exc.strerror or type(exc).__name__
+        raise _file_error(path, "unreadable", f"cannot read it ({why})") from exc
     if len(raw) > MAX_MANIFEST_BYTES:
-        raise _manifest_error(
-            [{"path": "", "field": "", "message": "manifest file is larger than 1 MiB"}], path.name
-        )
+        raise _file_error(path, "too-large", "is larger than 1 MiB")
     try:
-        if path.suffix == ".toml":
-            data: object = tomllib.loads(raw.decode("utf-8"))
-        elif path.suffix == ".json":
-            data = json.loads(raw.decode("utf-8"))
-        else:
-            raise ValueError("manifest files end in .json or .toml")
+        text = raw.decode("utf-8")
+        data: object = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _manifest_error(
-            [{"path": "", "field": "", "message": f"cannot parse: {exc}"[:300]}], path.name
-        ) from None
+        kind = "TOML" if path.suffix == ".toml" else "JSON"
+        raise _file_error(path, "unparsable", f"is not valid {kind}: {exc}"[:300]) from None
+    if not isinstance(data, Mapping):
+        raise _file_error(
+            path, "not-a-mapping", f"holds a {type(data).__name__}; a manifest is an object"
+        )
     return parse_manifest(data, source=path.name)
