@@ -6,6 +6,13 @@ only records, and lists every way the run left the gate's promise: a read or wri
 unprefixed table, a function outside `SQLITE_SAFE_FUNCTIONS`, an action other than plain DML,
 or text the engine cannot read as the gate did (a NUL). Shared by the atheris target and the
 hypothesis property; neither needs the other's machinery.
+
+SQLite's authorizer also reports a read of a CTE as `SQLITE_READ` with the CTE's name (and an
+empty column), exactly as it reports a row-count-only read of a real table of that name, so
+the callback alone cannot tell `WITH users AS (...) SELECT 1 FROM users` from a real read of
+`users`. The oracle asks the engine a counterfactual instead: it runs the statement again in
+a database lacking that one table. SQLite resolves CTE names before schema tables, so only a
+statement that reads the real table fails there with `no such table`.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Final
 
 from suaveplan_sandbox.permissions._sql_gate import SQLITE_SAFE_FUNCTIONS, SqlGate
 
-__all__ = ["DECOYS", "PREFIX", "engine_touches", "violations"]
+__all__ = ["DECOYS", "PREFIX", "engine_touches", "reads_schema_table", "violations"]
 
 PREFIX: Final = "billing_"
 DECOYS: Final = frozenset({"users", "secrets", "a", "b", "t", "u", "r", "x"})
@@ -33,10 +40,12 @@ _NAMES_GATE: Final = SqlGate(PREFIX, cache_size=0)
 _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
-def _database(sql: str) -> sqlite3.Connection:
+def _database(sql: str, without: str | None = None) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:", isolation_level=None)  # no implicit BEGIN
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_LENGTH)
     names = set(_NAMES_GATE.referenced_tables(sql)) | _PREFIXED | DECOYS
+    if without is not None:
+        names = {n for n in names if _fold(n) != _fold(without)}
     for name in sorted(n for n in names if "\x00" not in n):
         quoted = '"' + name.replace('"', '""') + '"'
         conn.execute(
@@ -46,8 +55,44 @@ def _database(sql: str) -> sqlite3.Connection:
     return conn
 
 
+def _fold(name: str) -> str:
+    return name.translate(_ASCII_LOWER)
+
+
+def _run(conn: sqlite3.Connection, sql: str) -> sqlite3.Error | None:
+    steps = 0
+
+    def progress() -> int:
+        nonlocal steps
+        steps += 1
+        return 1 if steps > _MAX_STEPS else 0  # a runaway recursive CTE is not a finding
+
+    conn.set_progress_handler(progress, 100)
+    try:
+        conn.execute(sql, (None,) * sql.count("?"))
+    except sqlite3.Error as exc:
+        return exc
+    except (ValueError, OverflowError):
+        pass  # not valid SQLite for the driver (e.g. a parameter count it cannot bind)
+    finally:
+        conn.close()
+    return None
+
+
+def reads_schema_table(sql: str, name: str) -> bool:
+    """Whether running `sql` needs the real table `name`, not merely a CTE called `name`."""
+    error = _run(_database(sql, without=name), sql)
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    message = _fold(str(error))
+    return message in (f"no such table: {_fold(name)}", f"no such table: main.{_fold(name)}")
+
+
 def engine_touches(sql: str) -> tuple[set[str], set[str], set[int]]:
-    """(tables read or written, functions called, authorizer actions) when SQLite runs `sql`."""
+    """(tables read or written, functions called, authorizer actions) when SQLite runs `sql`.
+
+    A table here is what the authorizer named, which for reads includes CTE names.
+    """
     conn = _database(sql)
     tables: set[str] = set()
     functions: set[str] = set()
@@ -61,21 +106,8 @@ def engine_touches(sql: str) -> tuple[set[str], set[str], set[int]]:
             functions.add(arg2.lower())
         return sqlite3.SQLITE_OK
 
-    steps = 0
-
-    def progress() -> int:
-        nonlocal steps
-        steps += 1
-        return 1 if steps > _MAX_STEPS else 0  # a runaway recursive CTE is not a finding
-
     conn.set_authorizer(authorizer)
-    conn.set_progress_handler(progress, 100)
-    try:
-        conn.execute(sql, (None,) * sql.count("?"))
-    except (sqlite3.Error, ValueError, OverflowError):
-        pass  # the authorizer ran at prepare time, or the statement is not valid SQLite
-    finally:
-        conn.close()
+    _run(conn, sql)  # the authorizer runs at prepare time even if the statement then fails
     return tables, functions, actions
 
 
@@ -86,11 +118,11 @@ def violations(sql: str, prefix: str = PREFIX) -> list[str]:
     tables, functions, actions = engine_touches(sql)
     # SQLite matches table names ASCII-case-insensitively (quoted or not), and the authorizer
     # reports a name as the query spelled it: fold the way SQLite does before the prefix test.
-    folded = prefix.translate(_ASCII_LOWER)
+    folded = _fold(prefix)
     found = [
         f"touches unprefixed table {t!r}"
         for t in sorted(tables)
-        if not t.translate(_ASCII_LOWER).startswith(folded)
+        if not _fold(t).startswith(folded) and reads_schema_table(sql, t)
     ]
     found += [f"calls {f!r}" for f in sorted(functions - SQLITE_SAFE_FUNCTIONS)]
     found += [f"makes SQLite do action {a}" for a in sorted(actions - _DML_ACTIONS)]

@@ -12,6 +12,10 @@ The input, decoded as UTF-8, is one runtime query for a plugin whose table prefi
   `SQLITE_SAFE_FUNCTIONS` only, and no action outside plain DML (no ATTACH, PRAGMA, DDL,
   transaction control). An Allow that touches `users` is a finding.
 
+libFuzzer's mutation order is seeded with `-seed=1` unless the command line names a seed
+(`SUAVEPLAN_FUZZ_SQL_SEED=0` asks libFuzzer for a random one), so the bounded CI run over a
+fresh corpus walks the same inputs every time: a finding reproduces instead of flaking.
+
 Set `SUAVEPLAN_FUZZ_DEEP=1` to also instrument sqlglot's parser (coverage guidance inside
 the parser; costs several seconds of start-up, so the runner only does it for long runs).
 """
@@ -75,6 +79,12 @@ def seeds() -> Iterator[bytes]:
         yield case["sql"].encode("utf-8")
 
 
+def _argv() -> list[str]:
+    if any(arg.startswith("-seed=") for arg in sys.argv[1:]):
+        return list(sys.argv)
+    return [sys.argv[0], f"-seed={os.environ.get('SUAVEPLAN_FUZZ_SQL_SEED', '1')}", *sys.argv[1:]]
+
+
 if __name__ == "__main__":
-    run_target(test_one_input, seeds)
+    run_target(test_one_input, seeds, _argv())
     sys.exit(0)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz._reference import reference_fetch
-from fuzz._sqlite_oracle import PREFIX, violations
+from fuzz._sqlite_oracle import PREFIX, reads_schema_table, violations
 from suaveplan_sandbox.permissions import Allow, Deny
 from suaveplan_sandbox.permissions._fetch_rules import FetchRuleSet
 from suaveplan_sandbox.permissions._sql_gate import SqlGate
@@ -116,7 +116,14 @@ def _statements(draw: st.DrawFn) -> str:
 _GATE = SqlGate(PREFIX, cache_size=0)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI explores the same 300 statements every run, so a finding reproduces instead
+# of flaking; new ground is `make fuzz`'s job.
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(_statements())
 def test_an_allowed_statement_touches_only_prefixed_tables_in_sqlite(sql: str) -> None:
     if _GATE.check_query(sql).allowed:
@@ -132,6 +139,17 @@ def test_an_allowed_statement_touches_only_prefixed_tables_in_sqlite(sql: str) -
         "PRAGMA table_info(billing_x)",
         "ATTACH ':memory:' AS other",
         "SELECT * FROM billing_x WHERE a = '\x00'",
+        # Real reads next to, or shadowed by, a CTE of the same name are still findings.
+        "SELECT 1 FROM users",
+        "WITH a AS (SELECT 1) SELECT 1 FROM users",
+        "SELECT (WITH users AS (SELECT 1) SELECT count(*) FROM users), "
+        "(SELECT count(*) FROM users)",
+        "WITH users AS (SELECT 1 AS a) DELETE FROM users",
+        "WITH users AS (SELECT 1 AS a) SELECT 1 FROM main.users",
+        "SELECT 1 WHERE 1 IN users",
+        "REPLACE INTO users (a) VALUES (1)",
+        "INSERT INTO billing_x (a) VALUES (1) ON CONFLICT (a) DO UPDATE SET b = "
+        "(SELECT b FROM users)",
     ],
 )
 def test_the_sqlite_oracle_reports_reach_beyond_the_prefix(sql: str) -> None:
@@ -144,7 +162,23 @@ def test_the_sqlite_oracle_reports_reach_beyond_the_prefix(sql: str) -> None:
         "SELECT * FROM billing_x",
         "WITH users AS (SELECT 1 AS a) SELECT a FROM users",
         "UPDATE billing_x SET a = (SELECT count(*) FROM billing_y) RETURNING a",
+        # SQLite's authorizer names a CTE read like a table read; these read only CTEs.
+        "WITH a AS (SELECT 1), b AS (SELECT * FROM a) SELECT 0 FROM b",
+        "WITH users AS (SELECT 1) SELECT 1 FROM users",
+        "WITH users AS (SELECT 1 AS a) SELECT 1 FROM Users AS u, USERS AS v",
+        "WITH users AS (SELECT 1 AS a) SELECT 1 WHERE 1 IN users",
+        "WITH RECURSIVE users(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM users WHERE n < 3) "
+        "SELECT count(*) FROM users",
+        "WITH users AS (SELECT 1 AS a) INSERT INTO billing_x (a) SELECT a FROM users",
     ],
 )
 def test_the_sqlite_oracle_accepts_prefixed_work(sql: str) -> None:
     assert violations(sql) == []
+
+
+def test_the_oracle_tells_a_cte_read_from_a_schema_table_read() -> None:
+    assert reads_schema_table("SELECT 1 FROM users", "users")
+    assert not reads_schema_table("WITH users AS (SELECT 1) SELECT 1 FROM users", "users")
+    assert reads_schema_table(
+        "WITH users AS (SELECT 1) SELECT 1 FROM users, (SELECT 1 FROM secrets)", "secrets"
+    )
