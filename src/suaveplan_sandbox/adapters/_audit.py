@@ -49,6 +49,8 @@ class JsonLinesAudit:
         }
         if self._include_resource and entry.resource is not None:
             data["resource"] = entry.resource
+        for key, value in entry.extra.items():  # e.g. `correlation_id`; never overrides a field
+            data.setdefault(key, value)
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     def record(self, entry: AuditRecord) -> None:

@@ -3,9 +3,14 @@
 Theory of operation: `dispatch(capability, operation, args)` validates the operation against
 a closed table, asks the `PermissionChecker` (which counts every denial), and only on `Allow`
 calls the adapter with the checker's normalised target. Adapter failures are translated here
-into coded errors that carry no host detail outward; the full detail goes to the audit sink and
-the `logging` module. `close()` cancels every in-flight adapter call and makes later dispatches
-fail with `SAND_CANCELLED`; it is idempotent.
+into coded errors that carry no host detail outward. The failure is logged redaction-safe
+(`_log_failure`): exception type, plugin, capability, operation and a correlation id (also in
+the error's details and the audit row), never the exception's text; the traceback goes, as
+scrubbed text, only to the `suaveplan_sandbox.gateway.traceback` logger at DEBUG, which an
+operator enables. Every secret value the gateway has handed out is scrubbed from that text,
+and no log record holds the exception or its frames (which for WASM run through the guest
+thread and would keep a disposed sandbox alive). `close()` cancels every in-flight adapter
+call and makes later dispatches fail with `SAND_CANCELLED`; it is idempotent.
 
 `dispatch_sync` is the same request without a task: validation, the decision, the audit
 record, metrics and `on_denial` run inline on the calling thread, and so does the adapter when
@@ -21,6 +26,8 @@ import asyncio
 import inspect
 import logging
 import socket
+import traceback
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeGuard, final
@@ -44,6 +51,9 @@ if TYPE_CHECKING:
     from suaveplan_sandbox.permissions._checker import PermissionChecker
 
 _log = logging.getLogger("suaveplan_sandbox.gateway")
+# Operator-enabled (DEBUG): scrubbed traceback text of adapter failures.
+_trace_log = logging.getLogger("suaveplan_sandbox.gateway.traceback")
+_REDACTED: Final = "[REDACTED]"
 
 DEFAULT_MAX_READ_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_WRITE_BYTES: Final = 16 * 1024 * 1024
@@ -138,6 +148,7 @@ class Gateway:
         self._inflight: set[asyncio.Future[object]] = set()
         self._subscriptions: list[Subscription] = []
         self._async_methods: dict[object, bool] = {}
+        self._secret_values: set[str] = set()
         self._closed = False
 
     @property
@@ -222,8 +233,8 @@ class Gateway:
         for sub in subs:
             try:
                 await sub.close()
-            except Exception:
-                _log.warning("closing a subscription failed", exc_info=True)
+            except Exception as exc:
+                self._log_failure("closing a subscription failed", "events", "subscribe", exc)
 
     def close_nowait(self) -> None:
         """Synchronous close for blocking facades: cancels in-flight calls."""
@@ -266,13 +277,65 @@ class Gateway:
     def _adapter_failed(
         self, cap: str, op: str, decision: Allow, started: float, exc: Exception
     ) -> SuaveplanError:
-        _log.warning("adapter %s.%s failed for plugin %s", cap, op, self.plugin, exc_info=exc)
-        self._finish(cap, op, decision, started, outcome="error", code="SAND_ADAPTER_FAILED")
+        correlation = self._log_failure("adapter failed", cap, op, exc)
+        self._finish(
+            cap,
+            op,
+            decision,
+            started,
+            outcome="error",
+            code="SAND_ADAPTER_FAILED",
+            extra={"correlation_id": correlation},
+        )
         return SuaveplanError(
             "SAND_ADAPTER_FAILED",
             f"the host's {cap} adapter failed",
-            {"capability": cap, "operation": op},
+            {"capability": cap, "operation": op, "correlation_id": correlation},
         )
+
+    def _log_failure(self, what: str, cap: str, op: str, exc: BaseException) -> str:
+        """Log `exc` without its text, its frames or any secret value; returns the correlation id.
+
+        The traceback (scrubbed text, never `exc_info`) is formatted only when an operator
+        enabled `suaveplan_sandbox.gateway.traceback` at DEBUG. Afterwards every traceback in
+        the exception's chain is dropped, so nothing the failure touched outlives the call.
+        """
+        correlation = uuid.uuid4().hex[:16]
+        kind = self._scrub(type(exc).__qualname__)
+        fields = {
+            "plugin": self.plugin,
+            "capability": cap,
+            "operation": op,
+            "error_type": kind,
+            "correlation_id": correlation,
+        }
+        _log.warning(
+            "%s: %s.%s for plugin %s raised %s (correlation_id=%s)",
+            what,
+            cap,
+            op,
+            self.plugin,
+            kind,
+            correlation,
+            extra={"suaveplan": fields},
+        )
+        if _trace_log.isEnabledFor(logging.DEBUG):
+            text = self._scrub("".join(traceback.format_exception(exc)))
+            _trace_log.debug(
+                "traceback (correlation_id=%s):\n%s", correlation, text, extra={"suaveplan": fields}
+            )
+        _drop_frames(exc)
+        return correlation
+
+    def _scrub(self, text: str) -> str:
+        for value in sorted(tuple(self._secret_values), key=len, reverse=True):
+            text = text.replace(value, _REDACTED)
+        return text
+
+    def _remember_secret(self, raw: object) -> object:
+        if isinstance(raw, str) and raw:
+            self._secret_values.add(raw)
+        return raw
 
     def _is_async(self, method: Callable[..., object]) -> bool:
         # Keyed by the underlying function (a bound method is a new object on every getattr).
@@ -355,6 +418,7 @@ class Gateway:
         *,
         outcome: str,
         code: str | None,
+        extra: dict[str, WireValue] | None = None,
     ) -> None:
         self._checker.metrics.inc(
             CAPABILITY_CALLS.name,
@@ -374,6 +438,7 @@ class Gateway:
                 duration_ms=(self._clock.now() - started) * 1000.0,
                 resource=decision.target if isinstance(decision, Allow) else None,
                 outcome=outcome if code is None else f"{outcome}:{code}",
+                extra=extra or {},
             )
         )
 
@@ -508,7 +573,7 @@ class Gateway:
         return _AdapterCall("db", "query", (sql, bound), shape=_query_result)
 
     def _secret_call(self, name: str) -> _AdapterCall:
-        return _AdapterCall("secrets", "get", (name,))
+        return _AdapterCall("secrets", "get", (name,), shape=self._remember_secret)
 
     def _publish_call(self, topic: str, payload: object) -> _AdapterCall:
         return _AdapterCall("events", "publish", (self.plugin, topic, payload), shape=_none)
@@ -519,6 +584,21 @@ class Gateway:
             return None
 
         return _AdapterCall("events", "subscribe", (self.plugin, topic, handler), shape=keep)
+
+
+def _drop_frames(exc: BaseException) -> None:
+    """Detach the tracebacks of `exc` and everything it chains to (frames hold guest state)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        item.__traceback__ = None
+        todo += [item.__cause__, item.__context__]
+        if isinstance(item, BaseExceptionGroup):
+            todo += list(item.exceptions)
 
 
 def _none(_raw: object) -> object:
