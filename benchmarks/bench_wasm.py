@@ -15,7 +15,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
 
 import wasmtime
 
@@ -117,7 +116,7 @@ def _rows(loop: asyncio.AbstractEventLoop, path: Path, policy: PermissionPolicy)
     ty = wasmtime.FuncType([wasmtime.ValType.i32()] * 5, [wasmtime.ValType.i32()])
     async_adapters = Adapters(secrets=DictSecrets({"API_KEY": "k"}))
     # The adapter protocols are declared async; the gateway also accepts plain methods.
-    sync_adapters = Adapters(secrets=cast(Any, _SyncSecrets({"API_KEY": "k"})))
+    sync_adapters = Adapters(secrets=_SyncSecrets({"API_KEY": "k"}))
 
     def bare_instantiate() -> object:
         store = wasmtime.Store(eng)

@@ -12,12 +12,18 @@ import socket
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from suaveplan_sandbox.adapters import Adapters, AuditRecord, HttpResponse
-from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.adapters import (
+    Adapters,
+    AuditRecord,
+    EventHandler,
+    HttpRequest,
+    HttpResponse,
+)
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import Deny, PermissionChecker, PermissionPolicy
@@ -226,7 +232,7 @@ def test_sync_adapter_failure_is_translated_without_host_detail() -> None:
     rig = _Rig()
     gateway = Gateway(
         checker=rig.gateway.checker,
-        adapters=Adapters(secrets=cast(Any, _ExplodingSecrets())),
+        adapters=Adapters(secrets=_ExplodingSecrets()),
         audit=rig.audit,
     )
     with pytest.raises(SuaveplanError) as info:
@@ -252,6 +258,9 @@ def test_socket_from_a_sync_connect_is_closed_when_the_gateway_closed_meanwhile(
     rig = _Rig()
 
     class ClosingFetch:
+        def request(self, request: HttpRequest) -> HttpResponse:
+            raise AssertionError("not called")
+
         def connect(self, host: str, port: int, *, rule: str) -> socket.socket:
             ours, theirs = socket.socketpair()
             theirs.close()
@@ -261,7 +270,7 @@ def test_socket_from_a_sync_connect_is_closed_when_the_gateway_closed_meanwhile(
 
     gateway = Gateway(
         checker=rig.gateway.checker,
-        adapters=Adapters(fetch=cast(Any, ClosingFetch())),
+        adapters=Adapters(fetch=ClosingFetch()),
         audit=rig.audit,
     )
     with pytest.raises(SuaveplanError) as info:
@@ -302,3 +311,38 @@ async def test_async_dispatch_also_accepts_a_sync_adapter() -> None:
     assert await rig.gateway.dispatch("secrets", "get", {"name": "TOKEN"}) == "t"
     assert await rig.gateway.dispatch("fs", "list_dir", {"path": "uploads"}) == ["a.txt"]
     assert [r.outcome for r in rig.audit.records] == ["ok", "ok"]
+
+
+async def test_plain_def_events_adapter_and_subscription_type_check_and_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Sync `subscribe` and sync `Subscription.close` satisfy the protocols (no `cast`) and
+    the gateway's `close()` closes such a subscription without awaiting it."""
+    rig = _Rig()
+    closed: list[str] = []
+
+    class SyncSubscription:
+        def close(self) -> None:
+            closed.append("closed")
+
+    class SyncBus:
+        def publish(self, plugin: str, topic: str, payload: WireValue) -> None:
+            raise AssertionError("not called")
+
+        def subscribe(self, plugin: str, pattern: str, handler: EventHandler) -> SyncSubscription:
+            return SyncSubscription()
+
+    async def handler(topic: str, payload: WireValue) -> None:
+        return None
+
+    gateway = Gateway(
+        checker=rig.gateway.checker, adapters=Adapters(events=SyncBus()), audit=rig.audit
+    )
+    assert (
+        await gateway.dispatch("events", "subscribe", {"topic": "other.x"}, handler=handler) is None
+    )
+    assert closed == []
+    await gateway.close()
+    assert closed == ["closed"]
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("suaveplan")] == []
+    assert rig.audit.records[-1].outcome == "ok"

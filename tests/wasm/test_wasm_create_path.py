@@ -6,7 +6,6 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 import wasmtime
@@ -111,7 +110,7 @@ async def test_an_import_called_by_a_start_function_reads_guest_memory(
     async with await create_wasm_sandbox(
         wasm_module_path=wat(START_WAT),
         policy=policy(root, secrets=[{"name": "API_KEY"}]),
-        proxies=Adapters(secrets=cast(Any, secrets)),
+        proxies=Adapters(secrets=secrets),
     ) as sb:
         assert secrets.requested == ["API_KEY"]
         assert await sb.call("start_errno") == 0

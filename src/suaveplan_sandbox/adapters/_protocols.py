@@ -1,4 +1,10 @@
-"""What a host plugs in behind the gateway: one async protocol per capability.
+"""What a host plugs in behind the gateway: one protocol per capability.
+
+Each method may be synchronous (`def ... -> T`) or asynchronous (`async def ... -> T`): the
+protocols declare `T | Awaitable[T]`, which both satisfy, so a sync adapter type-checks
+without a `cast`. The gateway awaits what is awaitable; a plain `def` is called inline by
+`Gateway.dispatch_sync` (the WASM guest thread) and by `dispatch` alike. Code that calls an
+adapter directly must handle both shapes (the union makes mypy insist on it).
 
 Adapters are the only code that touches the world. They receive requests the checker has
 already allowed, with the *normalised* target from the `Allow` (never the guest's raw input),
@@ -10,9 +16,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, final
+from typing import Protocol, TypeAlias, TypeVar, final
 
 from suaveplan_sandbox.errors import WireValue
+
+_T = TypeVar("_T")
+MaybeAwaitable: TypeAlias = _T | Awaitable[_T]
 
 
 @final
@@ -63,21 +72,21 @@ class AuditRecord:
 class FsAdapter(Protocol):
     """Files beneath the policy root. `path` is root-relative and normalised (`uploads/a.txt`)."""
 
-    async def read_bytes(self, path: str, *, max_bytes: int) -> bytes: ...
+    def read_bytes(self, path: str, *, max_bytes: int) -> MaybeAwaitable[bytes]: ...
 
-    async def write_bytes(self, path: str, data: bytes) -> None: ...
+    def write_bytes(self, path: str, data: bytes) -> MaybeAwaitable[None]: ...
 
-    async def list_dir(self, path: str) -> list[str]: ...
+    def list_dir(self, path: str) -> MaybeAwaitable[list[str]]: ...
 
-    async def exists(self, path: str) -> bool: ...
+    def exists(self, path: str) -> MaybeAwaitable[bool]: ...
 
 
 class FetchAdapter(Protocol):
     """Outbound network: HTTP requests and (for WASM guests) raw TCP connections."""
 
-    async def request(self, request: HttpRequest) -> HttpResponse: ...
+    def request(self, request: HttpRequest) -> MaybeAwaitable[HttpResponse]: ...
 
-    async def connect(self, host: str, port: int, *, rule: str) -> socket.socket:
+    def connect(self, host: str, port: int, *, rule: str) -> MaybeAwaitable[socket.socket]:
         """A connected blocking TCP socket to a vetted address of `host`. Only called on Allow."""
         ...
 
@@ -85,28 +94,30 @@ class FetchAdapter(Protocol):
 class DbAdapter(Protocol):
     """The plugin's database. `sql` has passed the SQL gate; params are always bound."""
 
-    async def query(self, sql: str, params: Sequence[WireValue]) -> QueryResult: ...
+    def query(self, sql: str, params: Sequence[WireValue]) -> MaybeAwaitable[QueryResult]: ...
 
 
 class SecretsAdapter(Protocol):
     """Secret values by declared name. Raises `SAND_SECRET_UNAVAILABLE` when absent."""
 
-    async def get(self, name: str) -> str: ...
+    def get(self, name: str) -> MaybeAwaitable[str]: ...
 
 
 EventHandler = Callable[[str, WireValue], Awaitable[None]]
 
 
 class Subscription(Protocol):
-    async def close(self) -> None: ...
+    def close(self) -> MaybeAwaitable[None]: ...
 
 
 class EventsAdapter(Protocol):
     """Publish/subscribe. `pattern` is a manifest topic rule (`*` spans any characters)."""
 
-    async def publish(self, plugin: str, topic: str, payload: WireValue) -> None: ...
+    def publish(self, plugin: str, topic: str, payload: WireValue) -> MaybeAwaitable[None]: ...
 
-    async def subscribe(self, plugin: str, pattern: str, handler: EventHandler) -> Subscription: ...
+    def subscribe(
+        self, plugin: str, pattern: str, handler: EventHandler
+    ) -> MaybeAwaitable[Subscription]: ...
 
 
 class AuditSink(Protocol):

@@ -232,7 +232,9 @@ class Gateway:
         subs, self._subscriptions = self._subscriptions, []
         for sub in subs:
             try:
-                await sub.close()
+                closing = sub.close()
+                if _awaitable(closing):
+                    await closing
             except Exception as exc:
                 self._log_failure("closing a subscription failed", "events", "subscribe", exc)
 
