@@ -6,9 +6,13 @@ worker that hardens itself, keeps only that fd and serves calls; `bare` forks a 
 writes one byte (the benchmark's baseline for a fork through this server); `ping` answers its
 pid. A request that is malformed in any way (bytes, shape, fields, fds) is answered
 `{"op": "error", "code": "SAND_WIRE_ERROR", "why": ...}` and the zygote keeps serving.
-Children are reaped with waitpid(WNOHANG) on every wake-up and reported as `exited`. EOF on
-the control socket ends the zygote and, through the worker sockets' owner (the host), nothing
-else.
+Children are reaped with waitpid(WNOHANG) on every wake-up and reported as `exited`.
+
+Nothing outlives the host: EOF on the control socket (the host exited or was SIGKILLed; the
+kernel closes its end) ends the zygote, and every child sets `PR_SET_PDEATHSIG` = SIGKILL
+right after the fork, so it is killed when the zygote ends, busy or not. The zygote itself
+does not use a parent-death signal: it fires when the *thread* that spawned it ends, and a
+host may start the fork server from a short-lived thread (a blocking facade's loop thread).
 """
 
 from __future__ import annotations
@@ -125,6 +129,7 @@ def _dispatch(  # noqa: PLR0917
 ) -> None:
     from suaveplan_sandbox.errors import SuaveplanError
     from suaveplan_sandbox.vm._guest import PluginBundle, compile_bundle
+    from suaveplan_sandbox.vm._hardening import die_with_parent
 
     op = req.get("op")
     if op == "load":
@@ -158,12 +163,15 @@ def _dispatch(  # noqa: PLR0917
             wsock = socket.socket(fileno=fds[0])
         except OSError as exc:
             raise _BadRequest("bad-fd", req_id) from exc
+        zygote = os.getpid()
         try:
             pid = os.fork()
         except OSError as exc:
             wsock.close()
             raise _BadRequest("fork-failed", req_id) from exc
         if pid == 0:
+            # First: a worker never outlives the zygote (which ends with its host, on EOF).
+            die_with_parent(zygote)
             os.close(wake[0])
             os.close(wake[1])
             signal.set_wakeup_fd(-1)

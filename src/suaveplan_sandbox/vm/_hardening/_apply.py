@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import resource
+import signal
 import struct
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ _SYS_LANDLOCK_RESTRICT_SELF: Final = 446
 _LANDLOCK_CREATE_RULESET_VERSION: Final = 1
 _PR_SET_NO_NEW_PRIVS: Final = 38
 _PR_SET_SECCOMP: Final = 22
+_PR_SET_PDEATHSIG: Final = 1
 _SECCOMP_MODE_FILTER: Final = 2
 
 _AUDIT_ARCH_X86_64: Final = 0xC000003E
@@ -279,6 +281,26 @@ def probe_hardening() -> dict[str, str]:
 
 class _LayerFailed(Exception):
     pass
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """Have the kernel SIGKILL this process when its parent ends (`PR_SET_PDEATHSIG`).
+
+    Called first thing in a process forked by a single-threaded parent (the fork server), so
+    "the parent thread" is the parent. If the parent already ended before the setting took
+    effect (`getppid()` no longer `parent_pid`), the process exits at once. False where the
+    kernel offers no parent-death signal (not Linux): the caller then has no such guarantee.
+    """
+    if platform.system() != "Linux":
+        return False
+    libc = _libc()
+    sigkill = ctypes.c_ulong(int(signal.SIGKILL))
+    zero = ctypes.c_ulong(0)
+    if libc.prctl(_PR_SET_PDEATHSIG, sigkill, zero, zero, zero) != 0:
+        return False
+    if os.getppid() != parent_pid:
+        os._exit(0)
+    return True
 
 
 def _close_fds(keep: Collection[int]) -> None:
