@@ -72,7 +72,7 @@ from suaveplan_sandbox.protocol import (
     encode,
 )
 from suaveplan_sandbox.vm._guest import load_plugin
-from suaveplan_sandbox.vm._hardening import HardeningReport
+from suaveplan_sandbox.vm._hardening import HardeningReport, cpu_backstop_seconds
 from suaveplan_sandbox.vm._worker_loop import PROBE_CALL
 from suaveplan_sandbox.vm._zygote import fork_server
 
@@ -86,6 +86,12 @@ DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 # A worker that stops reading while the host has this much queued for it is killed.
 MAX_OUTBOUND_BYTES: Final = 4 * DEFAULT_MAX_FRAME_BYTES
 _RECV_BYTES: Final = 262144
+# RLIMIT_CPU backstop per call (seconds of CPU) when the manifest sets no wallClockMs budget:
+# generous enough for any honest call, finite so a runaway worker ends even if the host's
+# loop is stuck. With wallClockMs it is `cpu_backstop_seconds(wallClockMs)` (budget + 1 s).
+DEFAULT_CPU_BACKSTOP_S: Final = 300
+# `VmSandbox.denials` keeps this many of the most recent denials; `denials_total` counts all.
+MAX_RECORDED_DENIALS: Final = 256
 
 
 # Codes only the host may produce: a worker claiming one is lying (a plugin can construct any
@@ -191,7 +197,8 @@ class VmSandbox:
         self._host_tasks: set[asyncio.Task[None]] = set()
         self._fatal: SuaveplanError | None = None
         self._hardening: HardeningReport | None = None
-        self.denials: list[Deny] = []
+        self._denials: deque[Deny] = deque(maxlen=MAX_RECORDED_DENIALS)
+        self.denials_total = 0
         self.logs: list[tuple[str, str]] = []
         self.events_delivered = 0
         self.events_denied = 0
@@ -231,6 +238,16 @@ class VmSandbox:
     @property
     def subscriptions(self) -> list[str]:
         return list(self._subscriptions)
+
+    @property
+    def denials(self) -> list[Deny]:
+        """The most recent `MAX_RECORDED_DENIALS` denials, oldest first (a copy); every
+        denial, also the dropped ones, is counted in `denials_total`."""
+        return list(self._denials)
+
+    def _record_denial(self, deny: Deny) -> None:
+        self._denials.append(deny)
+        self.denials_total += 1
 
     async def __aenter__(self) -> VmSandbox:
         return self
@@ -657,7 +674,7 @@ async def create_vm_sandbox(
         adapters=adapters,
         audit=audit,
         clock=clock,
-        on_denial=lambda deny, _cap, _op: sb.denials.append(deny),
+        on_denial=lambda deny, _cap, _op: sb._record_denial(deny),
     )
     budgets = policy.budgets
     sb._tracker = BudgetTracker(budgets, plugin=sb._plugin, metrics=sb._metrics, clock=clock)
@@ -666,7 +683,10 @@ async def create_vm_sandbox(
         sb._wall_s = budgets.wall_clock_ms / 1000.0 + 0.001
     sb._sampling = budgets.memory_mb is not None or budgets.cpu_percent is not None
     mem = budgets.memory_mb
-    rlimits = (int(mem * 1024 * 1024) + INTERPRETER_SLACK_BYTES if mem is not None else None, None)
+    rlimits = (
+        int(mem * 1024 * 1024) + INTERPRETER_SLACK_BYTES if mem is not None else None,
+        cpu_backstop_seconds(budgets.wall_clock_ms) or DEFAULT_CPU_BACKSTOP_S,
+    )
     host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         try:
@@ -741,6 +761,10 @@ class BlockingVmSandbox:
     @property
     def denials(self) -> list[Deny]:
         return self._sandbox.denials
+
+    @property
+    def denials_total(self) -> int:
+        return self._sandbox.denials_total
 
     def call(self, name: str, *args: object, **kwargs: object) -> object:
         if self._closed:
