@@ -364,11 +364,73 @@ def test_the_committed_reference_pages_are_current(capsys: pytest.CaptureFixture
     assert _run(capsys, "reference", "--check", str(EXAMPLE.parents[2] / "docs"))[0] == 0
 
 
-def test_demo_json_lists_each_examples_decisions(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "demo", "--json", str(EXAMPLE.parents[1]))
-    assert code == 0
-    data = json.loads(out)
-    assert set(data) == {"invoices", "wasm"}
+def test_demo_json_holds_each_examples_decisions_and_what_its_run_did(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = _run(capsys, "demo", "--json", str(EXAMPLE.parents[1]))
+    assert code == 0, err
+    data = json.loads(out)  # one document, nothing else on stdout
+    assert data["status"] == 0
+    examples = data["examples"]
+    assert set(examples) == {"invoices", "wasm", "asgi_host"}
+    # the decision tables
     private = {"capability": "fs", "payload": {"path": "./private/notes.txt"}}
-    assert {**private, "decision": "deny", "reason": "path-not-in-allowlist"} in data["wasm"]
-    assert all(row["decision"] in ("allow", "deny") for rows in data.values() for row in rows)
+    assert {**private, "decision": "deny", "reason": "path-not-in-allowlist"} in examples["wasm"][
+        "decisions"
+    ]
+    for name in ("invoices", "wasm"):
+        assert all(row["decision"] in ("allow", "deny") for row in examples[name]["decisions"])
+    # the Python plugin's live run: what each call returned, what was refused and why
+    invoices = examples["invoices"]
+    assert invoices["plugin"] == "invoice-summary"
+    calls = {(c["call"], tuple(c["args"][1:2])): c for c in invoices["run"]["calls"]}
+    assert calls[("summarize", ())]["result"] == {"acme": 130.5, "globex": 99.99}
+    paid = next(c for c in invoices["run"]["calls"] if c["call"] == "reconcile" and "result" in c)
+    assert paid["args"][1].startswith("http://127.0.0.1:")
+    assert paid["result"] == {"owed": {"acme": 10.0, "globex": 49.99}, "reports": 1}
+    elsewhere = calls[("reconcile", ("https://payments.evil.example",))]
+    assert "result" not in elsewhere
+    assert elsewhere["refused"]["code"] == "SAND_PERM_DENIED"
+    assert elsewhere["refused"]["details"] == {
+        "capability": "fetch",
+        "reason": "host-not-in-allowlist",
+    }
+    escape = calls[("try_to_escape", ())]["refused"]
+    assert escape["details"] == {"capability": "fs", "reason": "path-not-in-allowlist"}
+    assert "secrets.env" not in json.dumps(escape)  # a denial never names the target
+    assert invoices["run"]["permission_denied_total"] == 2
+    assert invoices["run"]["files_written"] == {
+        "reports/march.txt": "acme: 130.50\nglobex: 99.99\n"
+    }
+    # the WASI module's run
+    wasm = examples["wasm"]["run"]
+    assert wasm["exit_code"] == 0
+    assert "read private: refused (errno 44)" in wasm["stdout"]
+    assert wasm["files_written"] == {"output/result.txt": "sum=12\n"}
+    # the web host: each request's status and result or coded refusal
+    posts = {p["status"]: p for p in examples["asgi_host"]["requests"]}
+    assert posts[200]["result"] == 7
+    assert posts[403]["error"]["code"] == "SAND_PERM_DENIED"
+    assert posts[429]["error"]["details"]["budget"] == "wallClockMs"
+    assert posts[400]["error"]["details"]["path"] == "permissions.fs[0]"
+    budget = 'plugin_budget_exceeded_total{budget="wallClockMs",plugin="word-count"} 1.0'
+    assert budget in examples["asgi_host"]["metrics"]
+
+
+def test_demo_json_reports_a_broken_example_and_an_empty_folder_with_exit_two(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "demo", "--json", str(tmp_path))
+    assert code == 2
+    assert json.loads(out)["error"]["code"] == "SAND_INVALID_ARGUMENT"
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.toml").write_text('name = "p"\n[permissions]\nfs = ["/etc/*"]\n')
+    code, out, _ = _run(capsys, "demo", "--json", str(tmp_path))
+    assert code == 2
+    data = json.loads(out)
+    assert data["status"] == 2
+    error = data["examples"]["bad"]["error"]
+    assert (error["code"], error["details"]["path"]) == (
+        "SAND_MANIFEST_INVALID",
+        "permissions.fs[0]",
+    )

@@ -2,6 +2,8 @@
 the web host (`asgi_host`) as a loopback server driven over HTTP.
 
 Each run works on a scratch copy of the example folder, so `make run` never changes the repo.
+Each returns its exit status and a plain-data record of what happened (`demo --json` prints
+the records; the console output says the same thing for people).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -46,6 +49,24 @@ class _FakePaymentApi(BaseHTTPRequestHandler):
         return
 
 
+Record = dict[str, Any]
+
+
+def plain(value: object) -> object:
+    """A guest's result as JSON-ready data (tuples become lists, bytes hex, keys strings)."""
+    if isinstance(value, bytes):
+        return {"bytes": value.hex()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return value
+
+
+def refusal(exc: SuaveplanError) -> Record:
+    return {"code": exc.code, "message": exc.message, "details": plain(exc.details)}
+
+
 @contextmanager
 def fake_payment_api() -> Iterator[str]:
     """A loopback stand-in for the payment API; yields its base URL."""
@@ -59,7 +80,7 @@ def fake_payment_api() -> Iterator[str]:
         server.server_close()
 
 
-async def run_python_example(folder: Path, console: Console) -> int:
+async def run_python_example(folder: Path, console: Console) -> tuple[int, Record]:
     from suaveplan_sandbox.vm import create_vm_sandbox
 
     with tempfile.TemporaryDirectory(prefix="suaveplan-demo-") as tmp:
@@ -85,28 +106,41 @@ async def run_python_example(folder: Path, console: Console) -> int:
         ):
             active = ", ".join(sb.hardening.active)
             console.print(f"[bold]{policy.plugin}[/]: Python worker hardened with {active}")
+            calls: list[Record] = []
             totals = await sb.call("summarize", "march")
+            calls.append({"call": "summarize", "args": ["march"], "result": plain(totals)})
             console.print(f"  summarize('march') -> {totals}")
-            report = (root / "reports" / "march.txt").read_text().strip().replace("\n", "; ")
+            written = (root / "reports" / "march.txt").read_text()
+            report = written.strip().replace("\n", "; ")
             console.print(f"  wrote reports/march.txt: {report}")
             with fake_payment_api() as api:
                 owed = await sb.call("reconcile", "march", api)
+            calls.append({"call": "reconcile", "args": ["march", api], "result": plain(owed)})
             console.print(f"  reconcile('march', <fake payment API on {api}>) -> {owed}")
             elsewhere = "https://payments.evil.example"
             for label, call, args in (
                 (f"reconcile('march', {elsewhere!r})", "reconcile", ("march", elsewhere)),
                 ("try_to_escape()", "try_to_escape", ()),
             ):
+                attempt: Record = {"call": call, "args": list(args)}
                 try:
-                    await sb.call(call, *args)
+                    attempt["result"] = plain(await sb.call(call, *args))
                 except SuaveplanError as exc:
+                    attempt["refused"] = refusal(exc)
                     console.print(f"  {label} refused: {exc.code} {exc.details}")
+                calls.append(attempt)
+            hardening = list(sb.hardening.active)
         denied = metrics.value(PERMISSION_DENIED.name)
         console.print(f"  plugin.permission_denied_total = {denied:g}\n")
-    return 0
+    return 0, {
+        "hardening": hardening,
+        "calls": calls,
+        "files_written": {"reports/march.txt": written},
+        "permission_denied_total": denied,
+    }
 
 
-async def run_wasm_example(folder: Path, console: Console) -> int:
+async def run_wasm_example(folder: Path, console: Console) -> tuple[int, Record]:
     from suaveplan_sandbox.wasm import create_wasm_sandbox
 
     with tempfile.TemporaryDirectory(prefix="suaveplan-demo-") as tmp:
@@ -116,15 +150,25 @@ async def run_wasm_example(folder: Path, console: Console) -> int:
         module = root / (policy.manifest.entry or "plugin.wasm")
         async with await create_wasm_sandbox(wasm_module_path=module, policy=policy) as sb:
             result = await sb.run(argv=[policy.plugin])
-            denials = len(sb.denials)
+            denials = [refusal(exc) for exc in sb.denials]
         console.print(f"[bold]{policy.plugin}[/]: WASI module exited {result.exit_code}")
-        for line in result.stdout.decode(errors="replace").splitlines():
+        stdout = result.stdout.decode(errors="replace").splitlines()
+        for line in stdout:
             console.print(f"  | {line}")
+        files: dict[str, str] = {}
         written = root / "output" / "result.txt"
         if written.exists():
+            files["output/result.txt"] = written.read_text()
             console.print(f"  wrote output/result.txt: {written.read_text().strip()}")
-        console.print(f"  host-side denials recorded: {denials}\n")
-        return 0 if result.exit_code == 0 else 1
+        console.print(f"  host-side denials recorded: {len(denials)}\n")
+        record: Record = {
+            "exit_code": result.exit_code,
+            "stdout": stdout,
+            "stderr": result.stderr.decode(errors="replace").splitlines(),
+            "files_written": files,
+            "host_denials": denials,
+        }
+        return (0 if result.exit_code == 0 else 1), record
 
 
 def _wait_for_line(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -148,7 +192,7 @@ def _outcome(data: dict[str, object]) -> str:
     return f"{error.get('code')} {json.dumps(details, sort_keys=True)}"
 
 
-def run_asgi_example(folder: Path, console: Console) -> int:
+def run_asgi_example(folder: Path, console: Console) -> tuple[int, Record]:
     """Start the example web host on loopback, post its `requests.json`, show the answers."""
     import httpx
 
@@ -168,25 +212,31 @@ def run_asgi_example(folder: Path, console: Console) -> int:
             last = (err.strip().splitlines() or ["no output"])[-1]
             console.print(f"[red]{folder.name}: the host did not start: {last}")
             console.print("  (it needs the `examples` extra: pip install -e '.[examples]')\n")
-            return 1
+            return 1, {"kind": "host", "error": f"the host did not start: {last}"}
         base = ready.split()[-1]
         console.print(f"[bold]{folder.name}[/]: Starlette host listening on {base}")
+        posts: list[Record] = []
         with httpx.Client(base_url=base, timeout=60) as client:
             for item in requests:
                 body = {k: v for k, v in item.items() if k != "title"}
                 reply = client.post("/run", json={**body, "plugin": plugin})
                 data = reply.json()
+                posts.append({"title": item["title"], "status": reply.status_code, **data})
                 console.print(f"  POST /run {item['title']}", markup=False)
                 console.print(
                     f"    -> {reply.status_code} {_outcome(data)}", markup=False, soft_wrap=True
                 )
             metrics = client.get("/metrics").text
         console.print("  GET /metrics (non-zero plugin counters):")
-        for line in metrics.splitlines():
-            if line.startswith("plugin_") and "_total{" in line and not line.endswith(" 0.0"):
-                console.print(f"  | {line}", markup=False, soft_wrap=True)
+        counters = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith("plugin_") and "_total{" in line and not line.endswith(" 0.0")
+        ]
+        for line in counters:
+            console.print(f"  | {line}", markup=False, soft_wrap=True)
         console.print()
-        return 0
+        return 0, {"kind": "host", "url": base, "requests": posts, "metrics": counters}
     finally:
         if proc.poll() is None:
             proc.terminate()

@@ -293,30 +293,17 @@ def validate(as_json: bool, manifest: str) -> None:
 
 @cli.command()
 @click.option(
-    "--json", "as_json", is_flag=True, help="Only the decision tables, as JSON (no live runs)."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON document: each example's decisions and what its run did.",
 )
 @click.argument("examples", type=click.Path(file_okay=False, exists=True), default="examples")
 def demo(as_json: bool, examples: str) -> None:
     """Explain what each example manifest allows and refuses, and run the example plugins."""
-    from suaveplan_sandbox.cli._demo import demo_decisions, run_demo
+    from suaveplan_sandbox.cli._demo import run_demo
 
-    if as_json:
-        try:
-            click.echo(json.dumps(demo_decisions(Path(examples)), sort_keys=True))
-        except SuaveplanError as exc:
-            sys.exit(_fail(as_json, exc))
-        sys.exit(EXIT_ALLOW)
-    sys.exit(run_demo(Path(examples)))
-
-
-def _plain_result(value: object) -> object:
-    if isinstance(value, bytes):
-        return {"bytes": value.hex()}
-    if isinstance(value, list | tuple):
-        return [_plain_result(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain_result(v) for k, v in value.items()}
-    return value
+    sys.exit(run_demo(Path(examples), as_json=as_json))
 
 
 @cli.command(name="run")
@@ -359,6 +346,7 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
     """
     import asyncio
 
+    from suaveplan_sandbox.cli._demo_runs import plain
     from suaveplan_sandbox.cli._run import run_plugin
 
     try:
@@ -392,7 +380,7 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
             extra = f" {json.dumps(exc.details)}" if shown else ""
             click.echo(f"error {exc.code}: {exc.message}{extra}", err=True)
         sys.exit(EXIT_DENY if exc.code in _REFUSALS else EXIT_INVALID)
-    click.echo(json.dumps({"result": _plain_result(result)} if as_json else _plain_result(result)))
+    click.echo(json.dumps({"result": plain(result)} if as_json else plain(result)))
     sys.exit(EXIT_ALLOW)
 
 
