@@ -99,7 +99,12 @@ def _selects(draw: st.DrawFn, depth: int = 0) -> str:
 @st.composite
 def _statements(draw: st.DrawFn) -> str:
     inner = draw(_selects())
-    shape = draw(st.sampled_from(["select", "cte", "recursive", "insert", "update", "delete"]))
+    shape = draw(
+        st.sampled_from(
+            ["select", "cte", "recursive", "insert", "update", "delete", "shadow", "shadowed",
+             "replace", "update_or", "upsert", "returning"]
+        )
+    )  # fmt: skip
     target = draw(_TABLES)
     body = {
         "select": inner,
@@ -109,6 +114,15 @@ def _statements(draw: st.DrawFn) -> str:
         "insert": f"INSERT INTO {target} (a) {inner}",
         "update": f"UPDATE {target} SET a = ({inner}) RETURNING a",
         "delete": f"DELETE FROM {target} WHERE a IN ({inner})",
+        # CTEs named like real unprefixed tables: the oracle must tell CTE reads apart.
+        "shadow": f"WITH users AS ({inner}) SELECT * FROM users",
+        "shadowed": f"WITH users AS (SELECT ?1 AS a), t AS (SELECT * FROM users) {inner}",
+        "replace": f"REPLACE INTO {target} (a) {inner}",
+        "update_or": f"UPDATE OR REPLACE {target} SET a = ({inner}) WHERE b = :b",
+        "upsert": f"INSERT INTO {target} (a) VALUES (x'00') ON CONFLICT (a) DO UPDATE SET "
+        f"b = excluded.b WHERE excluded.a IN ({inner})",
+        "returning": f"DELETE FROM {target} WHERE a = ?1 RETURNING (SELECT count(*) FROM "
+        f"({inner}))",
     }[shape]
     return body + draw(st.sampled_from(["", ";", " -- c", "; SELECT 1", "\x00"]))
 

@@ -16,7 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ErrorLevel
-from sqlglot.tokenizer_core import TokenType
+from sqlglot.tokenizer_core import Token, TokenType
 
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
 
@@ -93,7 +93,7 @@ _QUERY_NODES: Final[frozenset[type[exp.Expr]]] = frozenset(
         exp.LT, exp.LTE, exp.Is, exp.In, exp.Between, exp.Like, exp.ILike, exp.Glob,
         exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.BitwiseAnd, exp.BitwiseOr,
         exp.BitwiseXor, exp.BitwiseNot, exp.BitwiseLeftShift, exp.BitwiseRightShift, exp.DPipe,
-        exp.Placeholder, exp.Parameter, exp.Distinct, exp.Window, exp.WindowSpec,
+        exp.Placeholder, exp.Parameter, exp.HexString, exp.Distinct, exp.Window, exp.WindowSpec,
         exp.Returning, exp.OnConflict, exp.Values, exp.Schema, exp.DataType, exp.Escape,
         exp.Collate, exp.Exists, exp.Any, exp.All, exp.NullSafeEQ, exp.NullSafeNEQ,
         exp.Lateral, exp.Var, exp.Interval, exp.Filter,
@@ -247,6 +247,54 @@ class _Walk:
                     raise _Rejected
 
 
+_CONFLICT_ACTIONS: Final = frozenset({"rollback", "abort", "replace", "fail", "ignore"})
+
+
+def _sqlite_spellings(tokens: list[Token], sql: str) -> str | None:
+    """`sql` respelled where SQLite has a synonym sqlglot cannot parse, else None.
+
+    Each respelling keeps what the statement reads and writes: `?NNN` (a numbered parameter)
+    becomes `?`; `UPDATE OR <action>` becomes `UPDATE` (the conflict action only picks what
+    happens to clashing rows of the target itself); `REPLACE INTO` becomes `INSERT OR
+    REPLACE INTO`, which SQLite documents as the same statement. The caller still decides
+    on the original text. Raises `_Rejected` for `?` glued to a non-integer.
+    """
+    edits: list[tuple[int, int, str]] = []  # (start, end exclusive, replacement)
+    count = len(tokens)
+    for i, token in enumerate(tokens):
+        kind = token.token_type
+        if kind is TokenType.PLACEHOLDER and i + 1 < count:
+            nxt = tokens[i + 1]
+            if nxt.token_type is TokenType.NUMBER and nxt.start == token.end + 1:
+                if not (nxt.text.isascii() and nxt.text.isdigit()):
+                    raise _Rejected
+                edits.append((nxt.start, nxt.end + 1, ""))
+        elif (
+            kind is TokenType.UPDATE and i + 2 < count and tokens[i + 1].token_type is TokenType.OR
+        ):
+            action = tokens[i + 2]
+            if action.text.lower() not in _CONFLICT_ACTIONS:
+                raise _Rejected
+            edits.append((tokens[i + 1].start, action.end + 1, ""))
+        elif kind is TokenType.REPLACE and (
+            i == 0 or (tokens[i - 1].token_type is not TokenType.OR and i + 1 < count
+                       and tokens[i + 1].token_type is TokenType.INTO)
+        ):  # fmt: skip
+            # At the start sqlglot's tokenizer reads `REPLACE` as a command and swallows the
+            # rest into one string; after a WITH clause it stays a keyword before INTO.
+            edits.append((token.start, token.end + 1, "INSERT OR REPLACE"))
+    if not edits:
+        return None
+    out: list[str] = []
+    pos = 0
+    for start, end, text in edits:
+        out.append(sql[pos:start])
+        out.append(text)
+        pos = end
+    out.append(sql[pos:])
+    return "".join(out)
+
+
 def _is_scalar_param(value: object) -> bool:
     return value is None or type(value) in (bool, int, float, str, bytes)
 
@@ -311,10 +359,20 @@ class SqlGate:
     def _single_statement(self, sql: str) -> exp.Expr | None:
         try:
             tokens = self._dialect_obj.tokenize(sql)
-            semicolons = [i for i, t in enumerate(tokens) if t.token_type is TokenType.SEMICOLON]
-            # One trailing `;` at most; a `;` anywhere else means stacked statements.
-            if semicolons and (len(semicolons) > 1 or semicolons[0] != len(tokens) - 1):
-                return None
+            if self.dialect == "sqlite":
+                # Twice at most: a leading `REPLACE` hides the rest of the text in one token.
+                text = sql
+                for _ in range(2):
+                    spelled = _sqlite_spellings(tokens, text)
+                    if spelled is None:
+                        break
+                    text = spelled
+                    tokens = self._dialect_obj.tokenize(text)
+            last = len(tokens) - 1
+            for i, token in enumerate(tokens):
+                # One trailing `;` at most; a `;` anywhere else means stacked statements.
+                if token.token_type is TokenType.SEMICOLON and i != last:
+                    return None
             parsed = self._dialect_obj.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
         except Exception:  # any parser failure is a refusal, never a crash
             return None
