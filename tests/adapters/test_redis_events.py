@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from suaveplan_sandbox.adapters import Adapters
+from suaveplan_sandbox.adapters import Adapters, AuditRecord
 from suaveplan_sandbox.adapters._redis_events import RedisEventBus, _RedisSubscription
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
+from suaveplan_sandbox.metrics import CAPABILITY_CALLS, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
 
 Got = list[tuple[str, WireValue]]
@@ -242,3 +243,85 @@ async def test_an_idle_subscription_outlives_the_socket_timeout(redis_url: str) 
     assert got == [("idle.x", "late")]
     await sub.close()
     await bus.aclose()
+
+
+class _AuditRows:
+    def __init__(self) -> None:
+        self.records: list[AuditRecord] = []
+
+    def record(self, entry: AuditRecord) -> None:
+        self.records.append(entry)
+
+
+async def test_a_lost_subscription_reaches_the_gateway_as_audit_metric_and_listener(
+    own_redis: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, proc = own_redis
+    bus = RedisEventBus(url, timeout=1.0)
+    policy = PermissionPolicy.from_manifest(
+        {"name": "gwr", "events": {"subscribes": ["other.*"]}}, root="/srv/gwr"
+    )
+    metrics = InMemoryMetrics()
+    audit = _AuditRows()
+    lost: list[tuple[str, str]] = []
+    gateway = Gateway(
+        checker=PermissionChecker(policy, metrics=metrics),
+        adapters=Adapters(events=bus),
+        audit=audit,
+        on_subscription_lost=lambda topic, err: lost.append((topic, err.code)),
+    )
+    handler, got = _collector()
+    await gateway.dispatch("events", "subscribe", {"topic": "other.*"}, handler=handler)
+    await bus.publish("host", "other.one", 1)
+    await _until(lambda: got)
+    assert lost == []
+    proc.kill()
+    proc.wait()
+    await _until(lambda: lost)
+    assert lost == [("other.*", "SAND_EVENTS_ERROR")]
+    row = audit.records[-1]
+    assert (row.capability, row.operation, row.allowed) == ("events", "subscription_lost", True)
+    assert row.outcome == "error:SAND_EVENTS_ERROR"
+    assert row.resource == "other.*" and row.rule == "other.*"
+    correlation = row.extra["correlation_id"]
+    assert metrics.value(CAPABILITY_CALLS.name, capability="events", outcome="error") == 1
+    warnings = [r for r in caplog.records if r.name == "suaveplan_sandbox.gateway"]
+    assert [r.__dict__["suaveplan"]["correlation_id"] for r in warnings] == [correlation]
+    assert all(r.exc_info is None for r in warnings)
+    await asyncio.wait_for(gateway.close(), 10)
+    await asyncio.wait_for(bus.aclose(), 10)
+    assert lost == [("other.*", "SAND_EVENTS_ERROR")]  # reported once
+
+
+async def test_a_subscription_closed_before_its_server_dies_reports_nothing(
+    own_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, proc = own_redis
+    bus = RedisEventBus(url, timeout=1.0)
+    handler, _got = _collector()
+    sub = await bus.subscribe("b", "x.*", handler)
+    lost: list[SuaveplanError] = []
+    sub.on_lost(lost.append)
+    await sub.close()
+    proc.kill()
+    proc.wait()
+    await asyncio.sleep(0.2)
+    assert lost == [] and sub.error is None
+    await asyncio.wait_for(bus.aclose(), 10)
+
+
+async def test_on_lost_registered_after_the_loss_is_called_at_once(
+    own_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, proc = own_redis
+    bus = RedisEventBus(url, timeout=1.0)
+    handler, _got = _collector()
+    sub = await bus.subscribe("b", "x.*", handler)
+    proc.kill()
+    proc.wait()
+    await _until(lambda: not sub.active)
+    lost: list[SuaveplanError] = []
+    sub.on_lost(lost.append)
+    assert [e.code for e in lost] == ["SAND_EVENTS_ERROR"]
+    await asyncio.wait_for(sub.close(), 10)
+    await asyncio.wait_for(bus.aclose(), 10)

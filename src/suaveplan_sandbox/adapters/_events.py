@@ -1,16 +1,63 @@
-"""`InProcessEventBus`: the default events adapter, topic patterns as in the manifest."""
+"""`InProcessEventBus`: the default events adapter, topic patterns as in the manifest.
+
+Payloads, for every bus alike (`encode_payload`/`decode_payload`, shared with
+`RedisEventBus`): a payload must be a strict JSON value (`None`, `bool`, `int`, `float`
+except NaN/infinity, `str`, lists and string-keyed dicts of those). Anything else (`bytes`,
+a tuple key, a set, an object) is refused at `publish` with `SAND_INVALID_ARGUMENT` before
+any subscriber sees it; a guest that must send bytes encodes them itself (base64). Each
+subscriber receives its own decoded copy, so tuples arrive as lists on either bus and one
+handler cannot mutate what another receives.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from typing import final
+from typing import Any, final
 
 from suaveplan_sandbox.adapters._protocols import EventHandler
-from suaveplan_sandbox.errors import WireValue
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._topic_rules import topic_matches
 
 _LOG = logging.getLogger("suaveplan_sandbox.events")
+
+
+def encode_payload(payload: object) -> str:
+    """The payload as strict JSON text, or `SAND_INVALID_ARGUMENT` (the payload is not echoed)."""
+    try:
+        if not _string_keys(payload):
+            raise TypeError("a dict key is not a string")
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "event payloads must be JSON values (bytes are not: encode them, e.g. base64)",
+            {"type": type(payload).__name__},
+        ) from None
+
+
+def _string_keys(value: object, depth: int = 0) -> bool:
+    """`json.dumps` would silently turn int/float/bool/None keys into strings: refuse them."""
+    if depth > 256:
+        raise RecursionError
+    if isinstance(value, dict):
+        return all(isinstance(k, str) for k in value) and all(
+            _string_keys(v, depth + 1) for v in value.values()
+        )
+    if isinstance(value, list | tuple):
+        return all(_string_keys(v, depth + 1) for v in value)
+    return True
+
+
+def decode_payload(text: str | bytes) -> WireValue:
+    """Parse a payload `encode_payload` produced; raises `ValueError` on anything else."""
+    value: WireValue = json.loads(text, parse_constant=_refuse_constant)
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 @final
@@ -36,9 +83,10 @@ class InProcessEventBus:
         self._subs: set[_InProcessSubscription] = set()
 
     async def publish(self, plugin: str, topic: str, payload: WireValue) -> None:
+        data = encode_payload(payload)
         targets = [s for s in list(self._subs) if topic_matches(s.pattern, topic)]
         results = await asyncio.gather(
-            *(s.handler(topic, payload) for s in targets), return_exceptions=True
+            *(s.handler(topic, decode_payload(data)) for s in targets), return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException):

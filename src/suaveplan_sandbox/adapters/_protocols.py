@@ -107,6 +107,10 @@ EventHandler = Callable[[str, WireValue], Awaitable[None]]
 
 
 class Subscription(Protocol):
+    """A live subscription. Optionally it also offers `on_lost(callback)`: a backend that can
+    lose its server (`RedisEventBus`) calls `callback(error)` once when it does, and the
+    gateway registers one to audit, count and report the loss."""
+
     def close(self) -> MaybeAwaitable[None]: ...
 
 

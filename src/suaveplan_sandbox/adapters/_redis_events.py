@@ -4,21 +4,27 @@ Subscriptions use PSUBSCRIBE with the manifest pattern translated to a Redis glo
 other glob metacharacters are escaped), and each delivery is matched again against the
 manifest pattern with the checker's own `topic_matches` before the handler sees it, so a
 difference between Redis's glob and the manifest's rule can only drop an event, never deliver
-one the plugin did not subscribe to. Payloads that are not JSON are dropped (never evaluated).
+one the plugin did not subscribe to. Payloads follow the rule every bus shares
+(`_events.encode_payload`): strict JSON, anything else (bytes included) refused at `publish`
+with `SAND_INVALID_ARGUMENT`; a received message that is not strict JSON is dropped (never
+evaluated).
 
 Failure: a lost server surfaces as `SAND_EVENTS_ERROR` from `publish`/`subscribe` within the
 connect timeout (no hang), and ends a subscription's pump, which records the error on
-`subscription.error` and logs it; `close()` is always safe and leaves no task or connection.
+`subscription.error`, logs it, and calls every `on_lost` callback with it (the gateway
+registers one: an audit row, a metric and its `on_subscription_lost` listener); `close()` is
+always safe and leaves no task or connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+from collections.abc import Callable
 from typing import Any, Final, final
 
+from suaveplan_sandbox.adapters._events import decode_payload, encode_payload
 from suaveplan_sandbox.adapters._protocols import EventHandler
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._topic_rules import topic_matches
@@ -42,7 +48,15 @@ class _RedisSubscription:
         self._pattern = pattern
         self._handler = handler
         self.error: SuaveplanError | None = None
+        self._lost: list[Callable[[SuaveplanError], None]] = []
         self._task = asyncio.create_task(self._pump())
+
+    def on_lost(self, callback: Callable[[SuaveplanError], None]) -> None:
+        """Call `callback(error)` once if the server connection is lost (now, if it was)."""
+        if self.error is not None:
+            callback(self.error)
+        else:
+            self._lost.append(callback)
 
     @property
     def active(self) -> bool:
@@ -59,17 +73,24 @@ class _RedisSubscription:
                 if not topic_matches(self._pattern, topic):
                     continue  # Redis matched, the manifest rule did not: never deliver
                 try:
-                    payload = json.loads(message["data"])
+                    payload = decode_payload(message["data"])
                     await self._handler(topic, payload)
                 except Exception as exc:
                     _LOG.warning("event handler failed: %s", type(exc).__name__)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.error = _backend_failed(exc)
+            error = self.error = _backend_failed(exc)
             _LOG.warning("events subscription lost its backend: %s", type(exc).__name__)
+            callbacks, self._lost = self._lost, []
+            for callback in callbacks:
+                try:
+                    callback(error)
+                except Exception as cb_exc:
+                    _LOG.warning("an on_lost callback failed: %s", type(cb_exc).__name__)
 
     async def close(self) -> None:
+        self._lost = []  # a closed subscription reports nothing
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -103,12 +124,7 @@ class RedisEventBus:
         await self._redis.aclose()
 
     async def publish(self, plugin: str, topic: str, payload: WireValue) -> None:
-        try:
-            data = json.dumps(payload)
-        except (TypeError, ValueError) as exc:
-            raise SuaveplanError(
-                "SAND_INVALID_ARGUMENT", "event payloads must be JSON values", cause=exc
-            ) from None
+        data = encode_payload(payload)
         try:
             await self._redis.publish(topic, data)
         except Exception as exc:

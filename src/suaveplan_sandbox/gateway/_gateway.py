@@ -16,8 +16,10 @@ call and makes later dispatches fail with `SAND_CANCELLED`; it is idempotent.
 record, metrics and `on_denial` run inline on the calling thread, and so does the adapter when
 its method is synchronous (a plain `def`). Only an async adapter needs the event loop; the
 caller says how to reach it with `run_coroutine` (the WASM host blocks its guest thread on
-the loop). Both entry points share `_admit` and `_finish`, so for the same inputs they
-produce the same results, errors, audit rows and metrics.
+the loop). `dispatch_eager` is the VM host's: the same request started inline on the loop,
+finished inline when the adapter never suspends (no task at all) and in a task otherwise.
+All entry points share `_admit` and `_finish`, so for the same inputs they produce the same
+results, errors, audit rows and metrics.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import logging
 import socket
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeGuard, final
 
@@ -80,6 +82,8 @@ _OPERATIONS: Final = frozenset(
 _CAPABILITIES: Final = frozenset(c for c, _ in _OPERATIONS)
 
 DenialListener = Callable[[Deny, str, str], None]
+# (the subscribed topic rule, the coded error) when a subscription's backend is lost.
+SubscriptionLostListener = Callable[[str, SuaveplanError], None]
 RunCoroutine = Callable[[Coroutine[Any, Any, object]], object]
 
 
@@ -106,6 +110,40 @@ _PLAIN_RESULTS: Final = (str, bytes, bool, int, float, list, dict, tuple, type(N
 
 def _awaitable(raw: object) -> TypeGuard[Awaitable[object]]:
     return not isinstance(raw, _PLAIN_RESULTS) and inspect.isawaitable(raw)
+
+
+class _Resumed:
+    """The rest of a coroutine already run up to its first suspension, where it yielded
+    `first`: awaiting this drives it on exactly as the awaiting task would have (sends,
+    throws and cancellation pass straight through)."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, object], first: object) -> None:
+        self._coro = coro
+        self._first = first
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, Any, object]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown in by the awaiting task: pass it on
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
 
 
 class _AdapterCall(NamedTuple):
@@ -137,6 +175,7 @@ class Gateway:
         max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
         max_write_bytes: int = DEFAULT_MAX_WRITE_BYTES,
         on_denial: DenialListener | None = None,
+        on_subscription_lost: SubscriptionLostListener | None = None,
     ) -> None:
         self._checker = checker
         self._adapters = adapters
@@ -145,6 +184,7 @@ class Gateway:
         self._max_read = max_read_bytes
         self._max_write = max_write_bytes
         self._on_denial = on_denial
+        self._on_subscription_lost = on_subscription_lost
         self._inflight: set[asyncio.Future[object]] = set()
         self._subscriptions: list[Subscription] = []
         self._async_methods: dict[object, bool] = {}
@@ -221,6 +261,70 @@ class Gateway:
             raise self._adapter_failed(cap, op, decision, started, exc) from None
         self._finish(cap, op, decision, started, outcome="ok", code=None)
         return result
+
+    def dispatch_eager(
+        self, capability: object, operation: object, args: object
+    ) -> tuple[bool, object]:
+        """`dispatch` started inline, for a caller running on the gateway's event loop.
+
+        Validation, the decision, `on_denial` and the adapter up to its first suspension run
+        right here, with no task. `(True, result)`: the request completed without suspending
+        (its audit row and metrics are written; errors are raised here, as `dispatch` raises
+        them). `(False, task)`: the adapter suspended; the `asyncio.Task` finishes the same
+        request with the same result, errors, audit row and metrics as `dispatch`, and
+        `close()` cancels it (`SAND_CANCELLED`). No `handler`: `events.subscribe` is denied
+        `malformed-payload`, as by `dispatch` without one.
+        """
+        started, cap, op, decision, call = self._admit(capability, operation, args, None)
+        try:
+            try:
+                raw = self._method(call)(*call.args, **call.kwargs)
+                if _awaitable(raw):
+                    if not inspect.iscoroutine(raw):
+                        return False, self._eager_rest(started, cap, op, decision, call, raw)
+                    try:
+                        first = raw.send(None)
+                    except StopIteration as stop:
+                        raw = stop.value
+                    else:
+                        rest = _Resumed(raw, first)
+                        return False, self._eager_rest(started, cap, op, decision, call, rest)
+            except asyncio.CancelledError:
+                raise _AdapterCancelled from None  # nobody can have cancelled an inline call
+            result = call.shape(raw)
+        except SuaveplanError as exc:
+            self._finish(cap, op, decision, started, outcome="error", code=exc.code)
+            raise
+        except Exception as exc:
+            raise self._adapter_failed(cap, op, decision, started, exc) from None
+        self._finish(cap, op, decision, started, outcome="ok", code=None)
+        return True, result
+
+    def _eager_rest(  # noqa: PLR0917
+        self,
+        started: float,
+        cap: str,
+        op: str,
+        decision: Allow,
+        call: _AdapterCall,
+        rest: Awaitable[object],
+    ) -> asyncio.Task[object]:
+        async def settle() -> object:
+            try:
+                if self._closed:  # closed before this task first ran
+                    if isinstance(rest, _Resumed) or inspect.iscoroutine(rest):
+                        rest.close()
+                    raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
+                result = await self._run(self._finish_awaitable, call, rest)
+            except SuaveplanError as exc:
+                self._finish(cap, op, decision, started, outcome="error", code=exc.code)
+                raise
+            except Exception as exc:
+                raise self._adapter_failed(cap, op, decision, started, exc) from None
+            self._finish(cap, op, decision, started, outcome="ok", code=None)
+            return result
+
+        return asyncio.get_running_loop().create_task(settle())
 
     async def close(self) -> None:
         """Cancel in-flight adapter calls and drop subscriptions. Idempotent."""
@@ -328,6 +432,43 @@ class Gateway:
             )
         _drop_frames(exc)
         return correlation
+
+    def _subscription_lost(self, topic: str, decision: Allow, error: object) -> None:
+        """A subscription's backend went away: log, count and audit it, tell the host."""
+        if self._closed:
+            return
+        if not isinstance(error, SuaveplanError):
+            error = SuaveplanError("SAND_EVENTS_ERROR", "the events backend failed")
+        correlation = uuid.uuid4().hex[:16]
+        _log.warning(
+            "events subscription lost for plugin %s: %s (correlation_id=%s)",
+            self.plugin,
+            error.code,
+            correlation,
+            extra={
+                "suaveplan": {
+                    "plugin": self.plugin,
+                    "capability": "events",
+                    "operation": "subscription_lost",
+                    "error_code": error.code,
+                    "correlation_id": correlation,
+                }
+            },
+        )
+        self._finish(
+            "events",
+            "subscription_lost",
+            decision,
+            self._clock.now(),
+            outcome="error",
+            code=error.code,
+            extra={"correlation_id": correlation},
+        )
+        if self._on_subscription_lost is not None:
+            try:
+                self._on_subscription_lost(topic, error)
+            except Exception as exc:
+                self._log_failure("on_subscription_lost failed", "events", "subscribe", exc)
 
     def _scrub(self, text: str) -> str:
         for value in sorted(tuple(self._secret_values), key=len, reverse=True):
@@ -505,7 +646,7 @@ class Gateway:
             return e_decision, self._publish_call(topic, payload)
         if handler is None:
             raise _Malformed
-        return e_decision, self._subscribe_call(topic, handler)
+        return e_decision, self._subscribe_call(topic, handler, e_decision)
 
     def _fs_call(self, op: str, decision: Allow, args: Mapping[object, object]) -> _AdapterCall:
         path = decision.target or ""
@@ -580,9 +721,12 @@ class Gateway:
     def _publish_call(self, topic: str, payload: object) -> _AdapterCall:
         return _AdapterCall("events", "publish", (self.plugin, topic, payload), shape=_none)
 
-    def _subscribe_call(self, topic: str, handler: EventHandler) -> _AdapterCall:
+    def _subscribe_call(self, topic: str, handler: EventHandler, decision: Allow) -> _AdapterCall:
         def keep(sub: Subscription) -> object:
             self._subscriptions.append(sub)
+            watch = getattr(sub, "on_lost", None)
+            if callable(watch):
+                watch(lambda error: self._subscription_lost(topic, decision, error))
             return None
 
         return _AdapterCall("events", "subscribe", (self.plugin, topic, handler), shape=keep)
