@@ -225,18 +225,11 @@ class _HangingSecrets:
         return "late"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: WASM wallClockMs is an epoch deadline, which only fires while guest code runs; "
-        "a guest blocked in a host import waits on WasmSandbox._on_loop's fut.result() "
-        "without a timeout, so a hanging adapter hangs the call past its budget"
-    ),
-)
 async def test_wasm_hanging_adapter_is_ended_by_the_wall_clock_budget(
     tmp_path: Path, security_record: SecurityRecord
 ) -> None:
     probe = HostProbe(tmp_path)
+    await probe.warm_up()
     hanging = _HangingSecrets()
     survived = 0
     sb = await create_wasm_sandbox(
@@ -248,7 +241,17 @@ async def test_wasm_hanging_adapter_is_ended_by_the_wall_clock_budget(
         with pytest.raises(SuaveplanError) as info:
             await asyncio.wait_for(sb.call("secret"), 3)
         assert info.value.code == "BUDGET_EXCEEDED"
+        assert info.value.details["budget"] == "wallClockMs"
+        for _ in range(300):  # the breach cancels the adapter task itself, before dispose
+            if hanging.cancelled:
+                break
+            await asyncio.sleep(0.01)
+        assert hanging.cancelled == 1
+        assert sb.state == "ended"  # the host ended the guest
+        await sb.dispose()
+        ok, why = await probe.healthy()
+        assert ok, why
         survived = 1
     finally:
-        await sb.dispose()  # cancels the hanging adapter call; the guest thread unwinds
+        await sb.dispose()
         security_record("faults", kind="adapter-timeout-wasm", injected=1, survived=survived)

@@ -103,15 +103,6 @@ async def test_wasm_guest_out_of_memory_is_a_memory_budget_breach(
     security_record("faults", kind="guest-oom-wasm", injected=rounds, survived=survived)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: WasmSandbox._at_memory_limit infers a refused memory.grow only when less than "
-        "one page of headroom is left, so a guest growing 16 pages at a time (a large malloc) "
-        "that hits memoryMb with 15 pages to spare surfaces as SAND_WASM_TRAP, not "
-        "BUDGET_EXCEEDED"
-    ),
-)
 async def test_wasm_guest_refused_a_large_growth_is_a_memory_budget_breach(
     tmp_path: Path, security_record: SecurityRecord
 ) -> None:

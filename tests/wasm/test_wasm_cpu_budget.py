@@ -47,8 +47,12 @@ async def test_infinite_loop_under_cpu_percent_ends_with_cpu_budget(
         assert info.value.details["limit"] == 20
         assert _budget_count(metrics, "cpuPercent") == 1
         assert _budget_count(metrics, "wallClockMs") == 0
-        # The guest was interrupted, not the handle: a later call runs under a fresh window.
-        assert await sb.call("answer") == 42
+        # A breach ends the guest: a later call is refused, and the breach is not recounted.
+        assert sb.state == "ended"
+        with pytest.raises(SuaveplanError) as later:
+            await sb.call("answer")
+        assert later.value.code == "SAND_WASM_ENDED"
+        assert later.value.cause is not None and later.value.details["budget"] == "cpuPercent"
         assert _budget_count(metrics, "cpuPercent") == 1
 
 

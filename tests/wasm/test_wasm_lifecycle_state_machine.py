@@ -1,13 +1,14 @@
 """The WASM sandbox lifecycle as a state machine against a model of the guest's state.
 
-Model: `ready` or `disposed`, plus the guest's one mutable global (a counter), so the model
+Model: `ready`, `ended` or `disposed`, plus the guest's one mutable global (a counter), so the model
 can tell that calls really run in the same instance and in order. Rules drive a real
 `WasmSandbox` on a private event loop: arithmetic calls, counter bumps (alone and
 concurrently — calls are serialised, so concurrent bumps return a permutation of the next
-counter values), traps, unknown exports, wrong arity, a wall-clock breach, `run` of a module
-with no `_start`, and (double) dispose. The lifecycle table in `wasm/_sandbox.py` is the
-model: a call, a trap or a breach leaves the instance ready; after dispose every call and
-run is `SAND_WASM_DISPOSED`.
+counter values), traps, unknown exports, wrong arity and ill-typed arguments, a wall-clock
+breach, `run` of a module with no `_start`, and (double) dispose. The lifecycle table in
+`wasm/_sandbox.py` is the model: a call, a trap or a refused argument leaves the instance
+ready; a budget breach ends it (every later call and run is `SAND_WASM_ENDED`); after
+dispose every call and run is `SAND_WASM_DISPOSED`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ _POLICY = PermissionPolicy.from_manifest(
 )
 
 i32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+# Unsigned readings of i32 are accepted too (same bits).
+i32_any = st.integers(min_value=-(2**31), max_value=2**32 - 1)
+not_i32 = st.one_of(
+    st.integers(min_value=2**32),
+    st.integers(max_value=-(2**31) - 1),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+)
 
 
 def _wrap(value: int) -> int:
@@ -79,7 +90,7 @@ class WasmLifecycle(RuleBasedStateMachine):
         assert self.sb is not None
         return self.sb
 
-    def outcome(self, export: str, *args: int) -> tuple[object, SuaveplanError | None]:
+    def outcome(self, export: str, *args: Any) -> tuple[object, SuaveplanError | None]:
         try:
             return self.run(self.sandbox.call(export, *args)), None
         except SuaveplanError as exc:
@@ -88,6 +99,8 @@ class WasmLifecycle(RuleBasedStateMachine):
     def expect_code(self, err: SuaveplanError | None, code: str) -> SuaveplanError:
         if self.model == "disposed":
             code = "SAND_WASM_DISPOSED"
+        elif self.model == "ended":
+            code = "SAND_WASM_ENDED"
         assert err is not None, f"expected {code}"
         assert err.code == code, (err.code, err.details)
         return err
@@ -96,13 +109,21 @@ class WasmLifecycle(RuleBasedStateMachine):
     def create(self) -> None:
         self.sb = self.run(create_wasm_sandbox(wasm_module_path=_MODULE, policy=_POLICY))
 
-    @rule(a=i32, b=i32)
+    @rule(a=i32_any, b=i32_any)
     def add(self, a: int, b: int) -> None:
         got, err = self.outcome("add", a, b)
         if self.model == "ready":
             assert err is None and got == _wrap(a + b)
         else:
             self.expect_code(err, "SAND_WASM_DISPOSED")
+
+    @rule(bad=not_i32, first=st.booleans())
+    def ill_typed_argument(self, bad: object, first: bool) -> None:
+        args: tuple[Any, ...] = (bad, 1) if first else (1, bad)
+        _, err = self.outcome("add", *args)
+        checked = self.expect_code(err, "SAND_INVALID_ARGUMENT")
+        if self.model == "ready":
+            assert checked.details["index"] == (0 if first else 1)
 
     @rule()
     def bump(self) -> None:
@@ -144,7 +165,9 @@ class WasmLifecycle(RuleBasedStateMachine):
     @rule(args=st.lists(i32, max_size=3).filter(lambda a: len(a) != 2))
     def wrong_arity(self, args: list[int]) -> None:
         _, err = self.outcome("add", *args)
-        self.expect_code(err, "SAND_WASM_TRAP")
+        checked = self.expect_code(err, "SAND_INVALID_ARGUMENT")
+        if self.model == "ready":
+            assert checked.details["expected"] == 2 and checked.details["got"] == len(args)
 
     @rule()
     def breach_the_wall_clock(self) -> None:
@@ -152,6 +175,11 @@ class WasmLifecycle(RuleBasedStateMachine):
         checked = self.expect_code(err, "BUDGET_EXCEEDED")
         if self.model == "ready":
             assert checked.details["budget"] == "wallClockMs"
+            self.model = "ended"
+        elif self.model == "ended":
+            assert checked.details["budget"] == "wallClockMs"  # the breach that ended it
+            assert isinstance(checked.cause, SuaveplanError)
+            assert checked.cause.code == "BUDGET_EXCEEDED"
 
     @rule()
     def run_without_start(self) -> None:
@@ -174,6 +202,7 @@ class WasmLifecycle(RuleBasedStateMachine):
     def handle_agrees_with_the_model(self) -> None:
         if self.sb is not None:
             assert self.sb.disposed == (self.model == "disposed")
+            assert self.sb.state == self.model
 
     def teardown(self) -> None:
         try:

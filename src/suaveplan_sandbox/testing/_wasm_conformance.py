@@ -234,8 +234,14 @@ async def _cpu_percent_ends_a_spinning_guest(make: MakeSandbox, root: Path) -> N
 
         assert count("cpuPercent") == 1, "the cpuPercent breach was not counted exactly once"
         assert count("wallClockMs") == 0, "the wall clock, not cpuPercent, ended the guest"
-        # The guest was interrupted, not the handle: the next call runs under a fresh window.
-        assert await sb.call("answer") == 42
+        # A breach ends the guest: the handle serves no more calls, and says why.
+        try:
+            await sb.call("answer")
+        except SuaveplanError as exc:
+            assert exc.code == "SAND_WASM_ENDED", exc.code
+            assert exc.details.get("budget") == "cpuPercent", exc.details
+        else:
+            raise AssertionError("a call after a budget breach ran the ended guest")
     finally:
         await sb.dispose()
 

@@ -42,6 +42,14 @@ class BlockingWasmSandbox:
         return self._sb.denials
 
     @property
+    def denials_total(self) -> int:
+        return self._sb.denials_total
+
+    @property
+    def state(self) -> str:
+        return self._sb.state
+
+    @property
     def preopens(self) -> tuple[PreopenSpec, ...]:
         return self._sb.preopens
 

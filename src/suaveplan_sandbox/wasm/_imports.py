@@ -2,8 +2,10 @@
 
 Every import decodes its arguments from guest memory with bounds checks (out of range →
 `FAULT`, never a host exception), forwards one request to `Gateway.dispatch` (checker first,
-adapter only on Allow) and answers with a WASI errno. No import raises into wasmtime: a
-Python exception in a host function would become a trap carrying host detail.
+adapter only on Allow) and answers with a WASI errno. No import raises into wasmtime (a
+Python exception in a host function would become a trap carrying host detail) except
+`BUDGET_EXCEEDED`, raised when the call's wallClockMs runs out while the import waits on an
+async adapter: it ends the guest, and `WasmSandbox` receives it as itself.
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ def _guarded(fn: Callable[..., int]) -> Callable[..., int]:
         except _Fault:
             return Errno.FAULT
         except SuaveplanError as exc:
+            if exc.code == "BUDGET_EXCEEDED":
+                raise  # wallClockMs ran out while the import waited: this ends the guest
             return _errno(exc)
         except (ValueError, TypeError):
             return Errno.INVAL

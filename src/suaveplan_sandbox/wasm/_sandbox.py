@@ -2,11 +2,23 @@
 
 Theory of operation. Lifecycle table:
 
-| state    | call/run                      | dispose            |
-|----------|-------------------------------|--------------------|
-| ready    | runs guest in worker → ready  | → disposed         |
-| running  | serialised behind a lock      | cancels host calls |
-| disposed | SAND_WASM_DISPOSED            | no-op              |
+| state    | call/run                                         | dispose            |
+|----------|--------------------------------------------------|--------------------|
+| ready    | runs guest in worker → ready; a trap → ready     | → disposed         |
+| running  | serialised behind a lock                         | cancels host calls |
+|          | a budget breach or unexpected failure → ended    |                    |
+| ended    | SAND_WASM_ENDED (cause: the breach)              | → disposed         |
+| disposed | SAND_WASM_DISPOSED                               | no-op              |
+
+A budget breach ends the guest (DESIGN: "the host ends the guest"): the store, instance and
+sockets are dropped at once, and every later call or run is `SAND_WASM_ENDED`; `dispose()`
+then closes the gateway as usual. A trap (guest bug) leaves the instance serving. Arguments
+are checked against the export's parameter types before the guest runs
+(`SAND_INVALID_ARGUMENT`), and no wasmtime exception leaves `call`/`run` untranslated.
+
+`wallClockMs` is an epoch deadline while guest code runs, and a timeout on the wait while
+the guest is blocked in a host import that awaits an async adapter: at the call's deadline
+the adapter task is cancelled and the host import ends the guest with `BUDGET_EXCEEDED`.
 
 The guest runs in a per-sandbox worker thread so host imports can block: each `suaveplan.*`
 import calls `gateway.dispatch_sync(...)` on the guest thread — the same admission, audit
@@ -24,7 +36,10 @@ import math
 import socket
 import tempfile
 import threading
+import time
+import traceback
 import weakref
+from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +48,7 @@ from typing import Any, Final, final
 import wasmtime
 
 from suaveplan_sandbox.adapters._protocols import Adapters, AuditRecord, AuditSink
-from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import BUDGET_EXCEEDED, InMemoryMetrics, MetricsSink
 from suaveplan_sandbox.permissions import (
@@ -50,6 +65,84 @@ from suaveplan_sandbox.wasm._cpu import CallWatch, CpuWatcher
 _NO_DEADLINE: Final = 1 << 62
 _PAGE: Final = 65536
 _I32: Final = wasmtime.ValType.i32()
+_I64: Final = wasmtime.ValType.i64()
+_F32: Final = wasmtime.ValType.f32()
+_F64: Final = wasmtime.ValType.f64()
+# The most recent denials a handle keeps (`WasmSandbox.denials`); `denials_total` counts all.
+MAX_DENIALS: Final = 256
+# Integer arguments: either the signed or the unsigned reading of the type's bits is accepted
+# (the guest sees the same bits); anything wider is refused, never wrapped.
+_INT_RANGES: Final = {"i32": (-(2**31), 2**32 - 1), "i64": (-(2**63), 2**64 - 1)}
+
+
+def _invalid_argument(export: str, message: str, **details: WireValue) -> SuaveplanError:
+    return SuaveplanError("SAND_INVALID_ARGUMENT", message, {"export": export, **details})
+
+
+def coerce_arguments(
+    export: str, params: Sequence[wasmtime.ValType], args: Sequence[object]
+) -> list[int | float]:
+    """`args` checked against an export's parameter types, as wasmtime should receive them.
+
+    i32/i64 take an `int` (not `bool`) in the signed or unsigned range of the type, passed
+    on as the signed value with the same bits; f32/f64 take an `int` or `float` (not `bool`).
+    Wrong arity or any other parameter type (v128, references) is `SAND_INVALID_ARGUMENT`.
+    """
+    if len(args) != len(params):
+        raise _invalid_argument(
+            export, "wrong number of arguments", expected=len(params), got=len(args)
+        )
+    out: list[int | float] = []
+    for index, (ty, value) in enumerate(zip(params, args, strict=True)):
+        kind = "i32" if ty == _I32 else "i64" if ty == _I64 else None
+        if kind is not None:
+            lo, hi = _INT_RANGES[kind]
+            if type(value) is not int:
+                raise _invalid_argument(
+                    export, "an integer argument is required", index=index, param=kind
+                )
+            if not lo <= value <= hi:
+                raise _invalid_argument(
+                    export, "an integer argument is out of range", index=index, param=kind
+                )
+            bits = 32 if kind == "i32" else 64
+            out.append(value - (1 << bits) if value >= 1 << (bits - 1) else value)
+        elif ty in (_F32, _F64):
+            if type(value) not in (int, float):
+                raise _invalid_argument(
+                    export, "a number argument is required", index=index, param=str(ty)
+                )
+            try:
+                out.append(float(value))  # type: ignore[arg-type]
+            except OverflowError:
+                raise _invalid_argument(
+                    export, "a number argument is out of range", index=index, param=str(ty)
+                ) from None
+        else:
+            raise _invalid_argument(
+                export,
+                "the export takes a parameter type the host cannot pass",
+                index=index,
+                param=str(ty),
+            )
+    return out
+
+
+def _drop_frames(error: BaseException) -> BaseException:
+    """Clear the locals of finished frames in `error`'s tracebacks (and its causes').
+
+    Those frames (the guest thread's) hold the store, instance and handle; an error a
+    caller keeps must not keep a disposed sandbox's memory and descriptors alive. The
+    traceback's file/line information stays.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__
+    return error
 
 
 @final
@@ -185,7 +278,8 @@ class WasmSandbox:
         preopens: Sequence[PreopenSpec],
         metrics: MetricsSink,
         loop: asyncio.AbstractEventLoop,
-        denials: list[SuaveplanError],
+        denials: deque[SuaveplanError],
+        denial_total: Callable[[], int] | None = None,
     ) -> None:
         self._module = module
         self._pre = _instance_pre(module)
@@ -196,11 +290,16 @@ class WasmSandbox:
         self._metrics = metrics
         self._loop = loop
         self._denials = denials
+        self._denial_total = denial_total or (lambda: len(denials))
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._sockets: dict[int, socket.socket] = {}
         self._next_fd = 3
         self._disposed = False
+        # The breach that ended the guest (state `ended`), if any.
+        self._ended: SuaveplanError | None = None
+        # monotonic deadline of the call in progress (wallClockMs), for host-import waits.
+        self._call_deadline: float | None = None
         self._store: wasmtime.Store | None = None
         self._instance: wasmtime.Instance | None = None
         # The long-lived instance's exports, read on the first call (not at create).
@@ -216,7 +315,20 @@ class WasmSandbox:
 
     @property
     def denials(self) -> tuple[SuaveplanError, ...]:
+        """The most recent denials (at most `MAX_DENIALS`), oldest first."""
         return tuple(self._denials)
+
+    @property
+    def denials_total(self) -> int:
+        """Every denial this handle saw, including those `denials` no longer holds."""
+        return self._denial_total()
+
+    @property
+    def state(self) -> str:
+        """`ready`, `ended` (a budget breach ended the guest) or `disposed`."""
+        if self._disposed:
+            return "disposed"
+        return "ended" if self._ended is not None else "ready"
 
     @property
     def preopens(self) -> tuple[PreopenSpec, ...]:
@@ -227,12 +339,36 @@ class WasmSandbox:
         return self._disposed
 
     async def call(self, export: str, *args: int | float) -> Any:
-        self._check_alive()
-        return await self._loop.run_in_executor(self._worker(), self._call_sync, export, args)
+        # This frame is in the traceback of every error raised here, and the guest thread's
+        # frames are in its cause's: neither may keep the handle (and its store) alive.
+        try:
+            self._check_alive()
+            fut = self._loop.run_in_executor(self._worker(), self._call_sync, export, args)
+        except SuaveplanError as exc:
+            del self
+            _drop_frames(exc)
+            raise
+        del self
+        try:
+            return await fut
+        except SuaveplanError as exc:
+            _drop_frames(exc)
+            raise
 
     async def run(self, *, argv: Sequence[str] = (), stdin: bytes = b"") -> RunResult:
-        self._check_alive()
-        return await self._loop.run_in_executor(self._worker(), self._run_sync, tuple(argv), stdin)
+        try:  # see `call`
+            self._check_alive()
+            fut = self._loop.run_in_executor(self._worker(), self._run_sync, tuple(argv), stdin)
+        except SuaveplanError as exc:
+            del self
+            _drop_frames(exc)
+            raise
+        del self
+        try:
+            return await fut
+        except SuaveplanError as exc:
+            _drop_frames(exc)
+            raise
 
     async def dispose(self) -> None:
         if self._disposed:
@@ -267,6 +403,9 @@ class WasmSandbox:
     def _release(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        self._drop_guest()
+
+    def _drop_guest(self) -> None:
         # No lock: a running guest holds it, and it may be waiting on this very loop for a
         # host call that gateway.close() just cancelled. The running call keeps its own
         # references to store and instance until it unwinds; later calls see `disposed`.
@@ -280,6 +419,21 @@ class WasmSandbox:
     def _check_alive(self) -> None:
         if self._disposed:
             raise SuaveplanError("SAND_WASM_DISPOSED", "the sandbox was disposed")
+        if self._ended is not None:
+            raise SuaveplanError(
+                "SAND_WASM_ENDED",
+                "the guest was ended by a budget breach; dispose the sandbox",
+                dict(self._ended.details),
+                cause=self._ended,
+            )
+
+    def _end(self, error: SuaveplanError) -> SuaveplanError:
+        """Move to `ended` (on the guest thread, holding the lock) and return `error`."""
+        if self._ended is None:
+            _drop_frames(error)
+            self._ended = error
+        self._drop_guest()
+        return error
 
     def _instantiate(
         self,
@@ -330,9 +484,11 @@ class WasmSandbox:
                 self._policy.budgets, plugin=self._gateway.plugin, metrics=self._metrics
             )
             watch = CallWatch(tracker, wall)
+            self._call_deadline = watch.wall_deadline
             self._cpu.watch = watch
             store.set_epoch_deadline(1)
             return watch
+        self._call_deadline = None if wall is None else time.monotonic() + wall / 1000.0
         if wall is None:
             store.set_epoch_deadline(_NO_DEADLINE)
         else:
@@ -340,6 +496,7 @@ class WasmSandbox:
         return None
 
     def _disarm(self) -> None:
+        self._call_deadline = None
         if self._cpu is not None:
             self._cpu.watch = None
 
@@ -356,18 +513,33 @@ class WasmSandbox:
                 raise SuaveplanError(
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": export}
                 )
+            try:
+                values = coerce_arguments(export, func.type(store).params, args)
+            except wasmtime.WasmtimeError as exc:
+                raise _engine.translate(exc, during="call") from exc
             memory = exports.get("memory")
+            mem = memory if isinstance(memory, wasmtime.Memory) else None
+            start_size = mem.data_len(store) if mem is not None else 0
             watch = self._arm_deadline(store)
             _current.sb = self
-            self._guest_memory = memory if isinstance(memory, wasmtime.Memory) else None
+            self._guest_memory = mem
             try:
-                return func(store, *args)
+                return func(store, *values)
+            except SuaveplanError as exc:
+                # Only BUDGET_EXCEEDED leaves a host import (wallClockMs while it waited).
+                raise self._end(exc) from None
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-                raise self._guest_failure(exc, store, instance, watch) from exc
+                error = self._guest_failure(exc, store, mem, start_size, watch)
+                if error.code == "BUDGET_EXCEEDED":
+                    raise self._end(error) from exc
+                raise error from exc
+            except Exception as exc:  # upstream surprise: translated, and terminal
+                raise self._end(_engine.translate(exc, during="call")) from exc
             finally:
                 _current.sb = None
                 self._guest_memory = None
                 self._disarm()
+                del store, instance, exports, func
 
     def _run_sync(self, argv: tuple[str, ...], stdin: bytes) -> RunResult:
         out, err = bytearray(), bytearray()
@@ -385,30 +557,41 @@ class WasmSandbox:
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": "_start"}
                 )
             memory = exports.get("memory")
+            mem = memory if isinstance(memory, wasmtime.Memory) else None
+            start_size = mem.data_len(store) if mem is not None else 0
             watch = self._arm_deadline(store)
             code = 0
             _current.sb = self
-            self._guest_memory = memory if isinstance(memory, wasmtime.Memory) else None
+            self._guest_memory = mem
             try:
                 start(store)
             except wasmtime.ExitTrap as exc:
                 code = exc.code
-                if code != 0 and self._at_memory_limit(store, instance):
-                    raise self._budget("memoryMb", self._policy.budgets.memory_mb) from exc
+                if code != 0 and self._at_memory_limit(store, mem, start_size):
+                    error = self._budget("memoryMb", self._policy.budgets.memory_mb)
+                    raise self._end(error) from exc
+            except SuaveplanError as exc:
+                raise self._end(exc) from None
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-                raise self._guest_failure(exc, store, instance, watch) from exc
+                error = self._guest_failure(exc, store, mem, start_size, watch)
+                if error.code == "BUDGET_EXCEEDED":
+                    raise self._end(error) from exc
+                raise error from exc
+            except Exception as exc:
+                raise self._end(_engine.translate(exc, during="run")) from exc
             finally:
                 _current.sb = None
                 self._guest_memory = None
                 self._disarm()
-                del store, instance, exports, memory
+                del store, instance, exports, memory, mem
             return RunResult(exit_code=code, stdout=bytes(out), stderr=bytes(err))
 
     def _guest_failure(
         self,
         exc: BaseException,
         store: wasmtime.Store,
-        instance: wasmtime.Instance,
+        mem: wasmtime.Memory | None,
+        start_size: int,
         watch: CallWatch | None = None,
     ) -> SuaveplanError:
         if watch is not None:
@@ -419,21 +602,34 @@ class WasmSandbox:
         code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
         if code == wasmtime.TrapCode.INTERRUPT:
             return self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
-        if self._at_memory_limit(store, instance):
+        if self._at_memory_limit(store, mem, start_size):
             return self._budget("memoryMb", self._policy.budgets.memory_mb)
         return _engine.translate(exc, during="call")
 
-    def _at_memory_limit(self, store: wasmtime.Store, instance: wasmtime.Instance) -> bool:
-        # wasmtime-py exposes no resource-limiter callback, so a refused `memory.grow` is
-        # inferred: a guest that failed (trap or non-zero exit) with less than one page of
-        # headroom under `memoryMb` hit the limit.
+    def _at_memory_limit(
+        self, store: wasmtime.Store, mem: wasmtime.Memory | None, start_size: int
+    ) -> bool:
+        """Whether a guest that failed (trap or non-zero exit) was refused growth by memoryMb.
+
+        wasmtime-py (checked against 50.0.1) exposes neither a resource-limiter callback nor
+        the refused delta (its C API's `wasmtime_store_limiter` only sets the limits; a
+        refused `memory.grow` just returns -1 to the guest), so the refusal is inferred from
+        what the public API shows: the memory's size now, its size when the call began and
+        its declared maximum. It was memoryMb when the headroom under the limit is less than
+        one page, or less than what the guest grew during this call (a guest growing in
+        steps of N pages is refused with up to N-1 pages to spare) — unless the module's own
+        declared maximum fits under memoryMb (then memoryMb can refuse nothing).
+        """
         limit = self._policy.budgets.memory_mb
-        if limit is None:
+        if limit is None or mem is None:
             return False
-        mem = instance.exports(store).get("memory")
-        return isinstance(mem, wasmtime.Memory) and (
-            mem.data_len(store) + _PAGE > limit * 1024 * 1024
-        )
+        limit_bytes = limit * 1024 * 1024
+        declared = mem.type(store).limits.max
+        if declared is not None and declared * _PAGE <= limit_bytes:
+            return False
+        size = mem.data_len(store)
+        headroom = limit_bytes - size
+        return headroom < _PAGE or headroom < size - start_size
 
     def _budget(self, budget: str, limit: float | None) -> SuaveplanError:
         self._metrics.inc(BUDGET_EXCEEDED.name, {"plugin": self._gateway.plugin, "budget": budget})
@@ -471,6 +667,16 @@ class WasmSandbox:
         except RuntimeError:  # the loop is closed: the host is gone
             coro.close()
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed") from None
+        deadline = self._call_deadline
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        # `wait`, not `fut.result(timeout)`: an adapter's own TimeoutError must stay its own.
+        if not concurrent.futures.wait((fut,), timeout=timeout).done:
+            # The call's wallClockMs ran out while the guest waited on the adapter: cancel
+            # the adapter task and end the guest (the host import re-raises this one code).
+            fut.cancel()
+            if self._cpu is not None and self._cpu.watch is not None:
+                self._cpu.watch.wall_exceeded = True
+            raise self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
         try:
             return fut.result()
         except concurrent.futures.CancelledError:
@@ -496,9 +702,11 @@ async def create_wasm_sandbox(
     )
     imports_wasi = _engine.check_imports(module)
     preopens = resolve_preopens(policy, checker)
-    denials: list[SuaveplanError] = []
+    denials: deque[SuaveplanError] = deque(maxlen=MAX_DENIALS)
+    total = [0]
 
     def on_denial(deny: Deny, cap: str, op: str) -> None:
+        total[0] += 1
         if cap == "fetch" and op == "connect":
             denials.append(
                 SuaveplanError(
@@ -541,4 +749,5 @@ async def create_wasm_sandbox(
         metrics=sink,
         loop=asyncio.get_running_loop(),
         denials=denials,
+        denial_total=lambda: total[0],
     )
