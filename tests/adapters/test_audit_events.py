@@ -139,3 +139,19 @@ async def test_the_audit_of_real_gateway_calls_answers_what_was_touched_yesterda
         ("read_bytes", "deny", None),
     ]
     assert yesterday[1]["reason"] == "path-not-in-allowlist"
+
+
+def test_extra_fields_join_the_line_but_never_replace_a_standard_field() -> None:
+    from dataclasses import replace
+
+    audit = JsonLinesAudit(include_resource=False)
+    entry = replace(
+        _record("p", "uploads/secret-name.txt", allowed=False),
+        extra={"correlation_id": "abc123", "resource": "forged", "decision": "allow"},
+    )
+    line = json.loads(audit.line(entry))
+    assert line["correlation_id"] == "abc123"
+    assert line["decision"] == "deny"
+    assert "resource" not in line  # only include_resource=True adds it
+    with_resource = json.loads(JsonLinesAudit(include_resource=True).line(entry))
+    assert with_resource["resource"] == "uploads/secret-name.txt"

@@ -8,11 +8,25 @@ import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, final
+from typing import Any, Final, final
 
 from suaveplan_sandbox.adapters._protocols import AuditRecord
 
 _AUDIT_LOGGER = logging.getLogger("suaveplan_sandbox.audit")
+_RESERVED: Final = frozenset(
+    {
+        "timestamp",
+        "plugin",
+        "capability",
+        "operation",
+        "decision",
+        "reason",
+        "rule",
+        "duration_ms",
+        "outcome",
+        "resource",
+    }
+)
 
 
 @final
@@ -49,8 +63,9 @@ class JsonLinesAudit:
         }
         if self._include_resource and entry.resource is not None:
             data["resource"] = entry.resource
-        for key, value in entry.extra.items():  # e.g. `correlation_id`; never overrides a field
-            data.setdefault(key, value)
+        for key, value in entry.extra.items():  # e.g. `correlation_id`
+            if key not in _RESERVED:  # never a standard field, never `resource` behind our back
+                data[key] = value
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     def record(self, entry: AuditRecord) -> None:
