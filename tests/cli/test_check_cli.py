@@ -405,6 +405,10 @@ def test_demo_json_holds_each_examples_decisions_and_what_its_run_did(
     # the WASI module's run
     wasm = examples["wasm"]["run"]
     assert wasm["exit_code"] == 0
+    assert wasm["preopens"] == [
+        {"guest": "/input", "writable": False},
+        {"guest": "/output", "writable": True},
+    ]
     assert "read private: refused (errno 44)" in wasm["stdout"]
     assert wasm["files_written"] == {"output/result.txt": "sum=12\n"}
     # the web host: each request's status and result or coded refusal

@@ -66,7 +66,7 @@ def run_example(folder: Path, console: Console) -> tuple[int, Record]:
         table.add_row(capability, _describe(capability, payload), verdict, why)
     console.print(table)
     denied = metrics.value(PERMISSION_DENIED.name)
-    console.print(f"plugin.permission_denied_total for {policy.plugin}: {denied:g}\n")
+    console.print(f"plugin.permission_denied_total after checking these requests: {denied:g}\n")
     record: Record = {
         "plugin": policy.plugin,
         "kind": policy.manifest.kind,

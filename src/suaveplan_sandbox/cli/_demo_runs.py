@@ -131,7 +131,7 @@ async def run_python_example(folder: Path, console: Console) -> tuple[int, Recor
                 calls.append(attempt)
             hardening = list(sb.hardening.active)
         denied = metrics.value(PERMISSION_DENIED.name)
-        console.print(f"  plugin.permission_denied_total = {denied:g}\n")
+        console.print(f"  plugin.permission_denied_total during the run: {denied:g}\n")
     return 0, {
         "hardening": hardening,
         "calls": calls,
@@ -151,6 +151,7 @@ async def run_wasm_example(folder: Path, console: Console) -> tuple[int, Record]
         async with await create_wasm_sandbox(wasm_module_path=module, policy=policy) as sb:
             result = await sb.run(argv=[policy.plugin])
             denials = [refusal(exc) for exc in sb.denials]
+            dirs = [{"guest": p.guest, "writable": p.writable} for p in sb.preopens]
         console.print(f"[bold]{policy.plugin}[/]: WASI module exited {result.exit_code}")
         stdout = result.stdout.decode(errors="replace").splitlines()
         for line in stdout:
@@ -160,8 +161,15 @@ async def run_wasm_example(folder: Path, console: Console) -> tuple[int, Record]
         if written.exists():
             files["output/result.txt"] = written.read_text()
             console.print(f"  wrote output/result.txt: {written.read_text().strip()}")
+        shown = ", ".join(f"{p['guest']} ({'rw' if p['writable'] else 'read-only'})" for p in dirs)
+        console.print(f"  preopens from the fs rules: {shown or 'none'}")
+        console.print(
+            "  (WASI refuses the rest itself: a write to a read-only preopen is EPERM (63), a path"
+            " outside every preopen does not exist for the guest, ENOENT (44))"
+        )
         console.print(f"  host-side denials recorded: {len(denials)}\n")
         record: Record = {
+            "preopens": dirs,
             "exit_code": result.exit_code,
             "stdout": stdout,
             "stderr": result.stderr.decode(errors="replace").splitlines(),
