@@ -5,12 +5,14 @@ asks the fork server for a worker and waits for `Ready`. The worker is single-th
 the host runs one *job* at a time — a plugin call or an event delivery — and queues the rest
 in FIFO order. A `loop.add_reader` callback decodes worker frames and resolves the job's
 future directly; the next queued job is sent from the same callback, so a call costs one
-future and no task. Host calls made during a job run through the Gateway as tasks bound to
-that job (a reply never reaches a later job). Budgets cost nothing per call unless set: the
-wall clock is one `loop.call_later` timer per job, CPU and RSS a sampling timer that runs
-only while a job is in flight (plus a sample at a job's end when one is due, so calls
-shorter than the interval cannot hide CPU). Writes are non-blocking with a bounded buffer:
-a worker that stops reading cannot stall the host's loop.
+future and no task. Host calls made during a job go through `Gateway.dispatch_eager` from the
+same callback: answered inline when the adapter completes without suspending (no task),
+otherwise when the gateway's task for it is done; replies are bound to that job (a reply
+never reaches a later job) and dispose cancels the tasks still running. Budgets cost nothing
+per call unless set: the wall clock is one `loop.call_later` timer per job, CPU and RSS a
+sampling timer that runs only while a job is in flight (plus a sample at a job's end when
+one is due, so calls shorter than the interval cannot hide CPU). Writes are non-blocking
+with a bounded buffer: a worker that stops reading cannot stall the host's loop.
 
 Lifecycle (state, event) -> state; any unexpected exception moves to CRASHED:
 
@@ -414,9 +416,7 @@ class VmSandbox:
             job = self._job
             if job is None:
                 raise _crashed("hostcall-outside-call")
-            task = self._loop.create_task(self._serve_host_call(msg, job))
-            self._host_tasks.add(task)
-            task.add_done_callback(self._host_tasks.discard)
+            self._start_host_call(msg, job)
         elif isinstance(msg, Log):
             self.logs.append((msg.level, msg.text))
             _log.log(logging.getLevelName(msg.level.upper()), "[%s] %s", self._plugin, msg.text)
@@ -425,25 +425,48 @@ class VmSandbox:
         else:
             raise _crashed("out-of-protocol")
 
-    async def _serve_host_call(self, msg: HostCall, job: _Job) -> None:
+    def _start_host_call(self, msg: HostCall, job: _Job) -> None:
+        """Serve a host call inline when the gateway decides and the adapter completes without
+        suspending (no task); otherwise answer when the gateway's task for it is done."""
         try:
-            value = await self._gateway.dispatch(msg.capability, msg.operation, msg.args)
-            reply: Message = HostReply(id=msg.id, value=value)
-        except SuaveplanError as exc:
+            done, value = self._gateway.dispatch_eager(msg.capability, msg.operation, msg.args)
+        except Exception as exc:
+            self._reply(msg, job, self._host_failure(msg, job, exc))
+            return
+        if done:
+            self._reply(msg, job, HostReply(id=msg.id, value=value))
+            return
+        assert isinstance(value, asyncio.Task)
+        task: asyncio.Task[Any] = value
+        self._host_tasks.add(task)
+        task.add_done_callback(lambda t: self._host_call_done(msg, job, t))
+
+    def _host_call_done(self, msg: HostCall, job: _Job, task: asyncio.Task[Any]) -> None:
+        self._host_tasks.discard(task)
+        if task.cancelled():
+            return  # disposed: nobody is waiting for the reply
+        exc = task.exception()
+        if exc is None:
+            self._reply(msg, job, HostReply(id=msg.id, value=task.result()))
+        elif isinstance(exc, Exception):
+            self._reply(msg, job, self._host_failure(msg, job, exc))
+
+    def _host_failure(self, msg: HostCall, job: _Job, exc: Exception) -> HostFailure:
+        if isinstance(exc, SuaveplanError):
             if exc.code == _DENIED:
                 key = (str(exc.details.get("capability")), str(exc.details.get("reason")))
                 job.denials = job.denials | {key}
-            reply = HostFailure(id=msg.id, error=exc.to_wire())  # type: ignore[arg-type]
-        except asyncio.CancelledError:
-            return
-        except Exception:  # the gateway translates adapter errors; answer, never leave it hanging
-            _log.exception("host call failed for plugin %s", self._plugin)
-            reply = HostFailure(
-                id=msg.id,
-                error=SuaveplanError(  # type: ignore[arg-type]
-                    "SAND_ADAPTER_FAILED", "the host failed to serve the request"
-                ).to_wire(),
-            )
+            return HostFailure(id=msg.id, error=exc.to_wire())  # type: ignore[arg-type]
+        # The gateway translates adapter errors; answer, never leave the guest hanging.
+        _log.error("host call failed for plugin %s", self._plugin, exc_info=exc)
+        return HostFailure(
+            id=msg.id,
+            error=SuaveplanError(  # type: ignore[arg-type]
+                "SAND_ADAPTER_FAILED", "the host failed to serve the request"
+            ).to_wire(),
+        )
+
+    def _reply(self, msg: HostCall, job: _Job, reply: HostReply | HostFailure) -> None:
         if self._job is not job:
             return  # the job ended (or the worker died) while the adapter ran
         try:

@@ -1,0 +1,277 @@
+"""Host calls served inline (`Gateway.dispatch_eager`): no task when the adapter never
+suspends, and otherwise exactly what `Gateway.dispatch` does — results, errors, audit rows,
+metrics, ordering and cancellation on dispose."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Coroutine, Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suaveplan_sandbox.adapters import Adapters
+from suaveplan_sandbox.adapters._protocols import AuditRecord
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.gateway import Gateway
+from suaveplan_sandbox.metrics import InMemoryMetrics
+from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
+from suaveplan_sandbox.testing import InMemoryFs
+from suaveplan_sandbox.vm import create_vm_sandbox
+
+PLUGIN = """
+import suaveplan
+from suaveplan import SuaveplanError
+
+
+def read(path):
+    return suaveplan.fs.read_bytes(path)
+
+
+def try_read(path):
+    try:
+        return ["ok", suaveplan.fs.read_bytes(path)]
+    except SuaveplanError as exc:
+        return ["error", exc.code]
+
+
+def read_all(paths):
+    return [suaveplan.fs.read_bytes(p) for p in paths]
+"""
+
+
+class _Audit:
+    def __init__(self) -> None:
+        self.rows: list[AuditRecord] = []
+
+    def record(self, entry: AuditRecord) -> None:
+        self.rows.append(entry)
+
+
+class _Fs:
+    """In-memory files; `slow/*` suspends on the loop, `boom` raises, `hang` never returns.
+    (Composition: `InMemoryFs` is final.)"""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryFs(
+            {
+                "data/a.bin": b"a" * 1024,
+                "data/slow/b.bin": b"b",
+                "data/boom": b"",
+                "data/hang": b"",
+            }
+        )
+        self.entered = asyncio.Event()
+        self.cancelled = 0
+
+    async def read_bytes(self, path: str, *, max_bytes: int) -> bytes:
+        if path == "data/boom":
+            raise RuntimeError("adapter bug")
+        if path == "data/hang":
+            self.entered.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        if path.startswith("data/slow/"):
+            await asyncio.sleep(0.01)
+        return await self.inner.read_bytes(path, max_bytes=max_bytes)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        await self.inner.write_bytes(path, data)
+
+    async def list_dir(self, path: str) -> list[str]:
+        return await self.inner.list_dir(path)
+
+    async def exists(self, path: str) -> bool:
+        return await self.inner.exists(path)
+
+
+class _SelfCancelling(_Fs):
+    async def read_bytes(self, path: str, *, max_bytes: int) -> bytes:
+        raise asyncio.CancelledError  # a library's own cancellation, nobody cancelled us
+
+
+def _policy(root: Path) -> PermissionPolicy:
+    manifest = {"name": "eager", "version": "1.0.0", "permissions": {"fs": ["./data/*"]}}
+    return PermissionPolicy.from_manifest(manifest, root=root)
+
+
+async def _sandbox(root: Path, fs: _Fs, **kw: Any) -> Any:
+    (root / "plugin.py").write_text(PLUGIN)
+    return await create_vm_sandbox(
+        plugin_module_path=root / "plugin.py",
+        policy=_policy(root),
+        proxies=Adapters(fs=fs),
+        **kw,
+    )
+
+
+def _counting_tasks(loop: asyncio.AbstractEventLoop) -> list[int]:
+    created = [0]
+
+    def factory(
+        loop: asyncio.AbstractEventLoop, coro: Generator[Any, None, Any] | Coroutine[Any, Any, Any]
+    ) -> asyncio.Task[Any]:
+        created[0] += 1
+        return asyncio.Task(coro, loop=loop)
+
+    loop.set_task_factory(factory)
+    return created
+
+
+async def test_a_host_call_whose_adapter_never_suspends_creates_no_task(tmp_path: Path) -> None:
+    fs = _Fs()
+    async with await _sandbox(tmp_path, fs) as sb:
+        loop = asyncio.get_running_loop()
+        created = _counting_tasks(loop)
+        try:
+            for _ in range(20):
+                assert await sb.call("read", "./data/a.bin") == b"a" * 1024
+            fast = created[0]
+            assert await sb.call("read", "./data/slow/b.bin") == b"b"
+            slow = created[0] - fast
+        finally:
+            loop.set_task_factory(None)
+    assert fast == 0
+    assert slow >= 1  # a suspending adapter still runs in a task, on the loop
+
+
+async def test_mixed_fast_and_suspending_host_calls_answer_in_order(tmp_path: Path) -> None:
+    async with await _sandbox(tmp_path, _Fs()) as sb:
+        paths = ["./data/a.bin", "./data/slow/b.bin", "./data/a.bin", "./data/slow/b.bin"]
+        got = await sb.call("read_all", paths)
+        assert got == [b"a" * 1024, b"b", b"a" * 1024, b"b"]
+        # Concurrent calls on two sandboxes: each gets its own answers.
+        async with await _sandbox(tmp_path, _Fs()) as other:
+            answers = await asyncio.gather(
+                *(
+                    box.call("read", p)
+                    for _ in range(10)
+                    for box, p in ((sb, "./data/a.bin"), (other, "./data/slow/b.bin"))
+                )
+            )
+        assert answers == [b"a" * 1024, b"b"] * 10
+
+
+async def test_dispose_cancels_a_suspended_host_call(tmp_path: Path) -> None:
+    fs = _Fs()
+    sb = await _sandbox(tmp_path, fs)
+    call = asyncio.ensure_future(sb.call("read", "./data/hang"))
+    await asyncio.wait_for(fs.entered.wait(), 10)
+    await sb.dispose()
+    with pytest.raises(SuaveplanError) as info:
+        await call
+    assert info.value.code == "SAND_VM_DISPOSED"
+    for _ in range(10):  # the task's done callbacks run on the next loop iterations
+        if not sb._host_tasks:
+            break
+        await asyncio.sleep(0)
+    assert fs.cancelled == 1
+    assert sb._gateway.inflight == 0
+    assert not sb._host_tasks
+
+
+def _comparable(rows: list[AuditRecord]) -> list[AuditRecord]:
+    return [dataclasses.replace(r, duration_ms=0.0, extra={}) for r in rows]
+
+
+_REQUESTS: list[tuple[str, str]] = [
+    ("./data/a.bin", "ok"),
+    ("./data/slow/b.bin", "ok"),
+    ("./data/missing", "SAND_FS_NOT_FOUND"),
+    ("./secret.txt", "SAND_PERM_DENIED"),
+    ("./data/boom", "SAND_ADAPTER_FAILED"),
+]
+
+
+async def test_audit_rows_and_metrics_match_the_task_path(tmp_path: Path) -> None:
+    # Through the VM (eager path) ...
+    vm_audit, vm_metrics = _Audit(), InMemoryMetrics()
+    async with await _sandbox(tmp_path, _Fs(), audit=vm_audit, metrics=vm_metrics) as sb:
+        for path, expected in _REQUESTS:
+            status, value = await sb.call("try_read", path)
+            assert (status if status == "ok" else value) == expected
+        denials = sb.denials_total
+    # ... and the same requests through `Gateway.dispatch` directly.
+    gw_audit, gw_metrics = _Audit(), InMemoryMetrics()
+    gateway = Gateway(
+        checker=PermissionChecker(_policy(tmp_path), plugin="eager", metrics=gw_metrics),
+        adapters=Adapters(fs=_Fs()),
+        audit=gw_audit,
+    )
+    for path, expected in _REQUESTS:
+        try:
+            await gateway.dispatch("fs", "read_bytes", {"path": path})
+            outcome = "ok"
+        except SuaveplanError as exc:
+            outcome = exc.code
+        assert outcome == expected
+    assert _comparable(vm_audit.rows) == _comparable(gw_audit.rows)
+    assert len(vm_audit.rows) == len(_REQUESTS)
+
+    def counts(m: InMemoryMetrics) -> list[tuple[str, list[tuple[str, str]], float]]:
+        return sorted((n, sorted(labels.items()), v) for n, labels, v in m.samples())
+
+    assert counts(vm_metrics) == counts(gw_metrics)
+    assert denials == 1
+
+
+def _gateway(fs: _Fs, audit: _Audit) -> Gateway:
+    policy = PermissionPolicy.from_manifest(
+        {"name": "g", "permissions": {"fs": ["./data/*"]}}, root=Path("/nonexistent")
+    )
+    return Gateway(
+        checker=PermissionChecker(policy, plugin="g", metrics=InMemoryMetrics()),
+        adapters=Adapters(fs=fs),
+        audit=audit,
+    )
+
+
+async def test_dispatch_eager_completes_inline_or_hands_back_a_task() -> None:
+    audit = _Audit()
+    gw = _gateway(_Fs(), audit)
+    assert gw.dispatch_eager("fs", "read_bytes", {"path": "./data/a.bin"}) == (True, b"a" * 1024)
+    assert [r.outcome for r in audit.rows] == ["ok"]
+    done, task = gw.dispatch_eager("fs", "read_bytes", {"path": "./data/slow/b.bin"})
+    assert done is False
+    assert isinstance(task, asyncio.Task)
+    assert [r.outcome for r in audit.rows] == ["ok"]  # not finished yet: no row
+    assert await task == b"b"
+    assert [r.outcome for r in audit.rows] == ["ok", "ok"]
+    with pytest.raises(SuaveplanError) as info:
+        gw.dispatch_eager("fs", "read_bytes", {"path": "./etc/passwd"})
+    assert info.value.code == "SAND_PERM_DENIED"
+
+
+async def test_an_adapter_raising_cancelled_error_inline_is_an_adapter_failure() -> None:
+    audit = _Audit()
+    gw = _gateway(_SelfCancelling(), audit)
+    with pytest.raises(SuaveplanError) as info:
+        gw.dispatch_eager("fs", "read_bytes", {"path": "./data/a.bin"})
+    assert info.value.code == "SAND_ADAPTER_FAILED"
+    assert [r.outcome for r in audit.rows] == ["error:SAND_ADAPTER_FAILED"]
+
+
+@pytest.mark.parametrize("before_first_step", [True, False])
+async def test_close_cancels_the_rest_of_a_suspended_request(before_first_step: bool) -> None:
+    audit = _Audit()
+    fs = _Fs()
+    gw = _gateway(fs, audit)
+    done, task = gw.dispatch_eager("fs", "read_bytes", {"path": "./data/hang"})
+    assert done is False
+    assert isinstance(task, asyncio.Task)
+    if not before_first_step:
+        await asyncio.wait_for(fs.entered.wait(), 10)
+        await asyncio.sleep(0)
+    await gw.close()
+    with pytest.raises(SuaveplanError) as info:
+        await task
+    assert info.value.code == "SAND_CANCELLED"
+    assert [r.outcome for r in audit.rows] == ["error:SAND_CANCELLED"]
+    assert gw.inflight == 0
+    # The adapter was entered inline (before the task) and cancelled or closed, never leaked.
+    assert fs.entered.is_set()
