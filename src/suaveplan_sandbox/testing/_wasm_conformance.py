@@ -46,7 +46,8 @@ _GUEST: Final = """
     (call $open (i32.const 3) (i32.const 0) (i32.const 96) (i32.const 7) (i32.const 1)
       (i64.const 0x40) (i64.const 0) (i32.const 0) (i32.const 600)))
   (func (export "spin") (loop (br 0)))
-  (func (export "answer") (result i32) (i32.const 42)))
+  (func (export "answer") (result i32) (i32.const 42))
+  (func (export "echo") (param i32) (result i32) (local.get 0)))
 """
 # cpuPercent: the wall-clock budget is a backstop so a host that ignores cpuPercent fails the
 # scenario (wrong budget) instead of spinning forever; the await is bounded as well.
@@ -246,6 +247,48 @@ async def _cpu_percent_ends_a_spinning_guest(make: MakeSandbox, root: Path) -> N
         await sb.dispose()
 
 
+async def _breach_ends_the_guest(make: MakeSandbox, root: Path) -> None:
+    metrics = InMemoryMetrics()
+    sb = await make(
+        wasm_module_path=root / "guest.wasm",
+        policy=_policy(root, budgets={"wallClockMs": 100}),
+        metrics=metrics,
+    )
+    try:
+        try:
+            await asyncio.wait_for(sb.call("spin"), timeout=_CPU_SCENARIO_TIMEOUT_S)
+        except SuaveplanError as exc:
+            assert exc.code == "BUDGET_EXCEEDED", exc.code
+            assert exc.details.get("budget") == "wallClockMs", exc.details
+        else:
+            raise AssertionError("a guest spinning forever returned")
+        try:
+            await sb.call("answer")
+        except SuaveplanError as exc:
+            assert exc.code == "SAND_WASM_ENDED", exc.code
+        else:
+            raise AssertionError("the guest kept serving after a budget breach")
+        assert metrics.value("plugin.budget_exceeded_total") == 1, "breach not counted once"
+    finally:
+        await sb.dispose()
+        await sb.dispose()
+
+
+async def _ill_typed_arguments_refused(make: MakeSandbox, root: Path) -> None:
+    sb = await make(wasm_module_path=root / "guest.wasm", policy=_policy(root))
+    try:
+        for args in [(1.5,), (2**40,), (True,), ("7",), (), (1, 2)]:
+            try:
+                await sb.call("echo", *args)
+            except SuaveplanError as exc:
+                assert exc.code == "SAND_INVALID_ARGUMENT", (args, exc.code)
+            else:
+                raise AssertionError(f"echo{args!r} was not refused")
+        assert await sb.call("echo", 7) == 7, "a refused argument broke the instance"
+    finally:
+        await sb.dispose()
+
+
 WASM_SCENARIOS: Final[tuple[Scenario[MakeSandbox], ...]] = (
     Scenario("instantiation honours the policy", _with_root(_instantiation_honours_policy)),
     Scenario("rejects unsupported WASI version", _with_root(_unsupported_wasi_rejected)),
@@ -261,6 +304,8 @@ WASM_SCENARIOS: Final[tuple[Scenario[MakeSandbox], ...]] = (
         "cpuPercent budget ends a spinning guest",
         _with_root(_cpu_percent_ends_a_spinning_guest),
     ),
+    Scenario("a budget breach ends the guest", _with_root(_breach_ends_the_guest)),
+    Scenario("ill-typed arguments are refused", _with_root(_ill_typed_arguments_refused)),
     Scenario("dispose is idempotent", _with_root(_dispose_idempotent)),
 )
 
