@@ -16,6 +16,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,3 +241,51 @@ def test_disposed_sandbox_is_collectable_while_records_are_kept_async(
 
     _disposed_sandbox_is_collectable(run)
     assert len([r for r in kept.records if r.name == TRACE_LOGGER]) == 1
+
+
+_SECRET_WAT = """
+(module
+  (import "suaveplan" "secrets_get" (func $sg (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "TOKEN")
+  (func (export "secret") (result i32)
+    (call $sg (i32.const 0) (i32.const 5) (i32.const 256) (i32.const 64) (i32.const 512))))
+"""
+
+
+async def test_a_disposed_wasm_sandbox_is_collectable_while_failure_records_are_kept(
+    tmp_path: Path, kept: _Keep, tracebacks_enabled: None
+) -> None:
+    """The real case: the adapter runs on the WASM guest thread, whose frames hold the Store."""
+    import wasmtime
+
+    from suaveplan_sandbox.wasm import Errno, create_wasm_sandbox
+
+    class Exploding:
+        def get(self, name: str) -> str:  # plain def: called inline on the guest thread
+            raise RuntimeError(f"vault refused {GUEST_TEXT}")
+
+    module = tmp_path / "secret.wasm"
+    module.write_bytes(wasmtime.wat2wasm(_SECRET_WAT))
+    policy = PermissionPolicy.from_manifest(
+        {"name": "logs", "secrets": [{"name": "TOKEN"}]}, root=tmp_path
+    )
+    sb = await create_wasm_sandbox(
+        wasm_module_path=module, policy=policy, proxies=Adapters(secrets=Exploding())
+    )
+    alive = weakref.ref(sb)
+    for _ in range(3):
+        assert await sb.call("secret") == Errno.IO
+    await sb.dispose()
+    del sb
+    for _ in range(50):  # the guest thread may take a moment to let go after dispose
+        gc.collect()
+        if alive() is None:
+            break
+        await asyncio.sleep(0.02)
+    assert alive() is None, "a kept log record holds the disposed WASM sandbox"
+    ours = [r for r in kept.records if r.name.startswith("suaveplan_sandbox.gateway")]
+    assert len([r for r in ours if r.name == TRACE_LOGGER]) == 3
+    assert all(r.exc_info is None for r in ours)
+    assert GUEST_TEXT in kept.text()  # the operator-enabled traceback text is there...
+    assert all(GUEST_TEXT not in r.getMessage() for r in ours if r.name != TRACE_LOGGER)
