@@ -56,8 +56,9 @@ CODES: Final = define_codes(
         "SAND_WASM_TRAP": "The guest trapped (unreachable, bad memory access, ...).",
         "SAND_WASM_NO_SUCH_EXPORT": "The module exports no function of that name.",
         "SAND_WASM_DISPOSED": "The sandbox was used after dispose().",
-        "SAND_WASM_ENDED": "The sandbox was used after a budget breach ended its guest; "
-        "`details` repeat the breach's and the cause is the breach. Dispose it.",
+        "SAND_WASM_ENDED": "The sandbox was used after its guest was ended (a budget breach, "
+        "or an unexpected wasmtime failure); `details` and the cause are that error's. "
+        "Dispose it.",
         # Host adapters
         "SAND_FS_NOT_FOUND": "The file or directory does not exist.",
         "SAND_FS_NOT_A_FILE": "The path names a directory where a file was expected, or the "

@@ -300,6 +300,8 @@ class WasmSandbox:
         self._ended: SuaveplanError | None = None
         # monotonic deadline of the call in progress (wallClockMs), for host-import waits.
         self._call_deadline: float | None = None
+        # The breach a host import raised during the call in progress (see `_on_loop`).
+        self._import_breach: SuaveplanError | None = None
         self._store: wasmtime.Store | None = None
         self._instance: wasmtime.Instance | None = None
         # The long-lived instance's exports, read on the first call (not at create).
@@ -422,7 +424,7 @@ class WasmSandbox:
         if self._ended is not None:
             raise SuaveplanError(
                 "SAND_WASM_ENDED",
-                "the guest was ended by a budget breach; dispose the sandbox",
+                "the guest was ended (see the cause); dispose the sandbox",
                 dict(self._ended.details),
                 cause=self._ended,
             )
@@ -478,6 +480,7 @@ class WasmSandbox:
 
     def _arm_deadline(self, store: wasmtime.Store) -> CallWatch | None:
         wall = self._policy.budgets.wall_clock_ms
+        self._import_breach = None
         if self._cpu is not None:
             # The callback judges CPU and wall clock on every tick; see `_cpu`.
             tracker = BudgetTracker(
@@ -527,7 +530,7 @@ class WasmSandbox:
                 return func(store, *values)
             except SuaveplanError as exc:
                 # Only BUDGET_EXCEEDED leaves a host import (wallClockMs while it waited).
-                raise self._end(exc) from None
+                raise self._end(self._import_failure(exc)) from None
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
                 error = self._guest_failure(exc, store, mem, start_size, watch)
                 if error.code == "BUDGET_EXCEEDED":
@@ -571,7 +574,7 @@ class WasmSandbox:
                     error = self._budget("memoryMb", self._policy.budgets.memory_mb)
                     raise self._end(error) from exc
             except SuaveplanError as exc:
-                raise self._end(exc) from None
+                raise self._end(self._import_failure(exc)) from None
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
                 error = self._guest_failure(exc, store, mem, start_size, watch)
                 if error.code == "BUDGET_EXCEEDED":
@@ -586,6 +589,14 @@ class WasmSandbox:
                 del store, instance, exports, memory, mem
             return RunResult(exit_code=code, stdout=bytes(out), stderr=bytes(err))
 
+    def _import_failure(self, exc: SuaveplanError) -> SuaveplanError:
+        # wasmtime-py hands a host function's exception back through one process-wide slot
+        # (`_func.LAST_EXCEPTION`), so under concurrent sandboxes the exception that comes
+        # out may be another sandbox's: trust only the breach this sandbox recorded.
+        if self._import_breach is not None:
+            return self._import_breach
+        return SuaveplanError("SAND_WASM_TRAP", "the guest trapped", {"stage": "call"}, cause=exc)
+
     def _guest_failure(
         self,
         exc: BaseException,
@@ -594,6 +605,8 @@ class WasmSandbox:
         start_size: int,
         watch: CallWatch | None = None,
     ) -> SuaveplanError:
+        if self._import_breach is not None:
+            return self._import_breach  # counted when it was raised
         if watch is not None:
             if watch.error is not None:
                 return watch.error  # BudgetTracker already counted it
@@ -674,9 +687,9 @@ class WasmSandbox:
             # The call's wallClockMs ran out while the guest waited on the adapter: cancel
             # the adapter task and end the guest (the host import re-raises this one code).
             fut.cancel()
-            if self._cpu is not None and self._cpu.watch is not None:
-                self._cpu.watch.wall_exceeded = True
-            raise self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
+            error = self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
+            self._import_breach = error
+            raise error
         try:
             return fut.result()
         except concurrent.futures.CancelledError:
