@@ -201,6 +201,10 @@ def test_run_root_overrides_the_manifests_folder(
     (tmp_path / "input").mkdir()
     (tmp_path / "input" / "numbers.txt").write_text("40 2\n")
     (tmp_path / "output").mkdir()
+    # The README's `run` example writes the repo's output/result.txt (git ignores it): this run
+    # must leave whatever is there untouched.
+    in_repo = example / "output" / "result.txt"
+    before = in_repo.stat().st_mtime_ns if in_repo.exists() else None
     code, out, err = _run(
         capsys,
         "run",
@@ -214,7 +218,7 @@ def test_run_root_overrides_the_manifests_folder(
     assert code == 0, err
     assert json.loads(out)["result"]["exit_code"] == 0
     assert (tmp_path / "output" / "result.txt").read_text() == "sum=42\n"
-    assert not (example / "output" / "result.txt").exists()
+    assert (in_repo.stat().st_mtime_ns if in_repo.exists() else None) == before
 
 
 @pytest.mark.parametrize(
