@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections import OrderedDict
 from typing import Final, Literal, final
 
@@ -117,6 +118,12 @@ _DML_ROOTS: Final = _ROOTS
 
 _DML_KINDS: Final = frozenset({exp.Insert, exp.Update, exp.Delete})
 _DML_TARGET_KEYS: Final = ("this", "tables")
+# Every node type that may carry `with_`, name a table or a DML target (see `_Walk.scoped`).
+_SCOPED_NODES: Final[frozenset[type[exp.Expr]]] = frozenset(
+    {kind for kind in _DDL_NODES if "with_" in kind.arg_types}
+    | {exp.Table, exp.In, exp.CTE, *_DML_KINDS}
+)
+_FUNC_NAMES: dict[type[exp.Expr], str] = {}  # sqlglot function class -> its `sql_name()`
 
 logger = logging.getLogger(__name__)
 
@@ -176,12 +183,38 @@ class _Walk:
             self.unscoped = True
 
     def function(self, node: exp.Func) -> None:
-        name = node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
+        kind = type(node)
+        if kind is exp.Anonymous:
+            name = node.name.lower()
+        else:
+            name = _FUNC_NAMES.get(kind) or _FUNC_NAMES.setdefault(kind, node.sql_name().lower())
         if name not in self.functions:
             raise _Rejected
 
     def visit(self, node: exp.Expr, ctes: frozenset[str]) -> None:
+        # The hot path: most nodes need only the allowlist and their children. This is the
+        # gate's share of a decision's cost next to sqlglot's parse, so it stays lean: no
+        # `find_all`, no copies, one visit per node.
         kind = type(node)
+        if kind in _SCOPED_NODES:
+            self.scoped(node, kind, ctes)
+            return
+        if kind not in self.nodes:
+            if not isinstance(node, exp.Func):
+                raise _Rejected
+            self.function(node)
+        elif kind is exp.Column:
+            args = node.args
+            if args.get("db") is not None or args.get("catalog") is not None:
+                raise _Rejected
+        for child in node.args.values():
+            if isinstance(child, exp.Expr):
+                self.visit(child, ctes)
+            elif type(child) is list:
+                self.children(child, ctes)
+
+    def scoped(self, node: exp.Expr, kind: type[exp.Expr], ctes: frozenset[str]) -> None:
+        """Nodes that name tables, open a WITH scope or carry a DML target."""
         if kind not in self.nodes:
             if not isinstance(node, exp.Func):
                 raise _Rejected
@@ -196,10 +229,6 @@ class _Walk:
                 if key not in ("this", "db", "catalog"):
                     self.children(child, ctes)
             return
-        if kind is exp.Column and (
-            node.args.get("db") is not None or node.args.get("catalog") is not None
-        ):
-            raise _Rejected
         skip_field = False
         if kind is exp.In:
             field = node.args.get("field")
@@ -248,6 +277,8 @@ class _Walk:
 
 
 _CONFLICT_ACTIONS: Final = frozenset({"rollback", "abort", "replace", "fail", "ignore"})
+# Text that may hold one of the spellings `_sqlite_spellings` handles; a superset on purpose.
+_MAYBE_SQLITE_SPELLING: Final = re.compile(r"\?[0-9]|replace|update", re.IGNORECASE)
 
 
 def _sqlite_spellings(tokens: list[Token], sql: str) -> str | None:
@@ -359,7 +390,8 @@ class SqlGate:
     def _single_statement(self, sql: str) -> exp.Expr | None:
         try:
             tokens = self._dialect_obj.tokenize(sql)
-            if self.dialect == "sqlite":
+            # The text test is a cheap filter (a C-level scan); the tokens decide.
+            if self.dialect == "sqlite" and _MAYBE_SQLITE_SPELLING.search(sql):
                 # Twice at most: a leading `REPLACE` hides the rest of the text in one token.
                 text = sql
                 for _ in range(2):
@@ -368,11 +400,12 @@ class SqlGate:
                         break
                     text = spelled
                     tokens = self._dialect_obj.tokenize(text)
-            last = len(tokens) - 1
-            for i, token in enumerate(tokens):
-                # One trailing `;` at most; a `;` anywhere else means stacked statements.
-                if token.token_type is TokenType.SEMICOLON and i != last:
-                    return None
+            if ";" in sql:
+                last = len(tokens) - 1
+                for i, token in enumerate(tokens):
+                    # One trailing `;` at most; a `;` anywhere else means stacked statements.
+                    if token.token_type is TokenType.SEMICOLON and i != last:
+                        return None
             parsed = self._dialect_obj.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
         except Exception:  # any parser failure is a refusal, never a crash
             return None
