@@ -13,7 +13,7 @@ import struct
 import threading
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Final
+from typing import Any, Final
 
 import msgpack
 
@@ -152,13 +152,35 @@ class FrameDecoder:
         spec = _DECODERS.get(raw[0])
         if spec is None:
             raise ProtocolError("unknown-message-type")
-        cls, names = spec
-        if len(raw) != len(names) + 1:
+        count, build = spec
+        if len(raw) != count:
             raise ProtocolError("wrong-field-count")
         try:
-            return cls(**dict(zip(names, raw[1:], strict=True)))
+            return build(raw)
         except (TypeError, ValueError) as exc:
             raise ProtocolError("invalid-field", exc) from exc
 
 
-_DECODERS: Final = {tag: (cls, FIELD_NAMES[cls]) for tag, cls in MESSAGE_TYPES.items()}
+def _builder(cls: type[Message], names: tuple[str, ...]) -> Callable[[list[Any]], Message]:
+    """`[tag, *fields]` (length already checked) -> `cls(**fields)`, through the class's own
+    constructor and validation. Unrolled per field count: building the keyword dict as a
+    literal costs a third of `dict(zip(...))` on the hot messages (1-4 fields)."""
+    if len(names) == 1:
+        (a,) = names
+        return lambda r: cls(**{a: r[1]})
+    if len(names) == 2:
+        a, b = names
+        return lambda r: cls(**{a: r[1], b: r[2]})
+    if len(names) == 3:
+        a, b, c = names
+        return lambda r: cls(**{a: r[1], b: r[2], c: r[3]})
+    if len(names) == 4:
+        a, b, c, d = names
+        return lambda r: cls(**{a: r[1], b: r[2], c: r[3], d: r[4]})
+    return lambda r: cls(**dict(zip(names, r[1:], strict=True)))
+
+
+_DECODERS: Final = {
+    tag: (len(FIELD_NAMES[cls]) + 1, _builder(cls, FIELD_NAMES[cls]))
+    for tag, cls in MESSAGE_TYPES.items()
+}
