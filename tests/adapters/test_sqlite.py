@@ -123,3 +123,48 @@ async def test_the_authorizer_is_used_even_when_the_gate_allows_everything(
 
     monkeypatch.setattr(db, "_gate", AllowEverything())
     assert await _code(db, "SELECT secret FROM other_plugin") == "SAND_DB_ERROR"
+
+
+async def test_a_query_reading_only_ctes_runs_although_sqlite_reports_cte_reads_as_tables(
+    db: SqliteDb, tmp_path: Path
+) -> None:
+    await _migrate(db, tmp_path, {"001.sql": "CREATE TABLE p_t (x INTEGER);"})
+    sql = "WITH a AS (SELECT 1), b AS (SELECT * FROM a) SELECT count(*) FROM b, p_t"
+    assert (await db.query(sql, [])).rows == ((0,),)
+
+
+async def test_a_cte_name_never_lets_a_real_table_read_through(
+    db: SqliteDb, tmp_path: Path
+) -> None:
+    await _migrate(db, tmp_path, {"001.sql": "CREATE TABLE p_t (x INTEGER);"})
+    db._conn.set_authorizer(None)
+    db._conn.execute("CREATE TABLE other_plugin (secret TEXT)")
+    db._conn.set_authorizer(db._authorize)
+    # Straight to the engine, as if the gate had been fooled.
+    for sql in (
+        "WITH q AS (SELECT 1) SELECT count(*) FROM other_plugin, q",
+        "SELECT (SELECT count(*) FROM other_plugin), (WITH other_plugin AS (SELECT 1) SELECT 1)",
+        # Ambiguous (a CTE named like a real unprefixed table): refused, never guessed.
+        "WITH other_plugin AS (SELECT 1) SELECT count(*) FROM other_plugin",
+        "WITH sqlite_master AS (SELECT 1) SELECT count(*) FROM sqlite_master",
+    ):
+        assert await _code(db, sql, bypass_gate=True) == "SAND_DB_ERROR", sql
+
+
+async def test_sqlite_spellings_the_gate_allows_run_with_their_parameters(
+    db: SqliteDb, tmp_path: Path
+) -> None:
+    await _migrate(
+        db, tmp_path, {"001.sql": "CREATE TABLE p_t (k INTEGER UNIQUE, v BLOB, n INTEGER);"}
+    )
+    await db.query("REPLACE INTO p_t (k, v, n) VALUES (?1, x'00ff', ?2)", [1, 10])
+    await db.query("UPDATE OR REPLACE p_t SET n = ?2 WHERE k = ?1", [1, 11])
+    upsert = (
+        "INSERT INTO p_t (k, v, n) VALUES (?1, x'01', ?2) "
+        "ON CONFLICT (k) DO UPDATE SET n = n + excluded.n RETURNING k, v, n"
+    )
+    rows: tuple[tuple[object, ...], ...] = (await db.query(upsert, [1, 5])).rows
+    assert rows == ((1, b"\x00\xff", 16),)
+    assert await _code(db, "REPLACE INTO other_plugin (secret) VALUES ('x')") == (
+        "SAND_PERM_DENIED"
+    )

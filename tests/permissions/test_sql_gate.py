@@ -296,3 +296,9 @@ def test_sqlite_synonyms_are_decided_but_the_original_text_is_what_runs(sql: str
 def test_postgres_does_not_take_sqlite_only_spellings(sql: str) -> None:
     gate = SqlGate("billing_", dialect="postgres")
     assert _outcome(gate.check_query(sql)) == "statement-not-permitted"
+
+
+def test_cte_names_lists_every_scope_folded_as_sqlite_compares() -> None:
+    sql = 'WITH A AS (SELECT 1), "Bq" AS (SELECT * FROM a) SELECT (WITH c AS (SELECT 1) SELECT 1)'
+    assert GATE.cte_names(sql) == frozenset({"a", "bq", "c"})
+    assert GATE.cte_names("SELECT 1; SELECT 2") == frozenset()

@@ -43,6 +43,11 @@ _DDL: Final = {
     )
 }
 _SCHEMA_TABLES: Final = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master"})
+_SCHEMA_NAMES_SQL: Final = (
+    "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+    "UNION ALL SELECT name FROM sqlite_temp_master WHERE type IN ('table', 'view')"
+)
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 @final
@@ -58,6 +63,8 @@ class SqliteDb:
         self._gate = SqlGate(plugin_prefix, dialect="sqlite")
         self._lock = threading.Lock()
         self._migrating = False
+        self._cte_reads: frozenset[str] = frozenset()  # see `_authorize`, `_execute_sync`
+        self._denied_table_reads = False
         self._conn = sqlite3.connect(Path(path), isolation_level=None, check_same_thread=False)
         self._conn.set_authorizer(self._authorize)
 
@@ -78,6 +85,14 @@ class SqliteDb:
             return sqlite3.SQLITE_DENY
         if action in _ALWAYS_OK:
             return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_READ and arg2 == "" and db is None and arg1 is not None:
+            # A table-level read (no column). SQLite reports a read of a CTE this way too,
+            # under the CTE's name; `_execute_sync` retries with `_cte_reads` set to the
+            # statement's CTE names that are no table or view here.
+            if arg1.translate(_ASCII_LOWER) in self._cte_reads:
+                return sqlite3.SQLITE_OK
+            if not self._in_scope(arg1):
+                self._denied_table_reads = True
         if action == sqlite3.SQLITE_READ or action in _DML:
             if self._migrating and (arg1 in _SCHEMA_TABLES or arg1 == MIGRATIONS_TABLE):
                 return sqlite3.SQLITE_OK
@@ -101,13 +116,44 @@ class SqliteDb:
         # ATTACH, DETACH, PRAGMA, runtime DDL, virtual tables, savepoints, anything new.
         return sqlite3.SQLITE_DENY
 
+    def _cte_only_names(self, sql: str) -> frozenset[str]:
+        """The statement's CTE names that name no table or view of this database: a read
+        under such a name can only be a read of the CTE. Runs under the lock."""
+        ctes = self._gate.cte_names(sql)
+        if not ctes:
+            return ctes
+        self._conn.set_authorizer(None)
+        try:
+            rows = self._conn.execute(_SCHEMA_NAMES_SQL).fetchall()
+        finally:
+            self._conn.set_authorizer(self._authorize)
+        schema = {str(row[0]).translate(_ASCII_LOWER) for row in rows}
+        return frozenset(n for n in ctes if n not in schema and not n.startswith("sqlite_"))
+
+    def _run(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
+        cursor = self._conn.execute(sql, tuple(cast(Sequence[Any], params)))
+        rows = tuple(tuple(row) for row in cursor.fetchall())
+        columns = tuple(d[0] for d in cursor.description or ())
+        return QueryResult(columns=columns, rows=rows, rowcount=cursor.rowcount)
+
     def _execute_sync(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
         with self._lock:
             try:
-                cursor = self._conn.execute(sql, tuple(cast(Sequence[Any], params)))
-                rows = tuple(tuple(row) for row in cursor.fetchall())
-                columns = tuple(d[0] for d in cursor.description or ())
-                return QueryResult(columns=columns, rows=rows, rowcount=cursor.rowcount)
+                self._denied_table_reads = False
+                try:
+                    return self._run(sql, params)
+                except sqlite3.DatabaseError:
+                    # The authorizer runs at prepare time, so a refused statement did nothing;
+                    # if it was refused for a table-level read that may be a CTE, ask which
+                    # names are CTE-only and prepare it once more with those let through.
+                    if not self._denied_table_reads or self._migrating:
+                        raise
+                    self._cte_reads = self._cte_only_names(sql)
+                    if not self._cte_reads:
+                        raise
+                    return self._run(sql, params)
+                finally:
+                    self._cte_reads = frozenset()
             except sqlite3.Error as exc:
                 raise SuaveplanError(
                     "SAND_DB_ERROR",

@@ -123,6 +123,7 @@ _SCOPED_NODES: Final[frozenset[type[exp.Expr]]] = frozenset(
     {kind for kind in _DDL_NODES if "with_" in kind.arg_types}
     | {exp.Table, exp.In, exp.CTE, *_DML_KINDS}
 )
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _FUNC_NAMES: dict[type[exp.Expr], str] = {}  # sqlglot function class -> its `sql_name()`
 
 logger = logging.getLogger(__name__)
@@ -473,6 +474,20 @@ class SqlGate:
         return Allow(rule=self.table_prefix, target=statement.sql(dialect=self.dialect))
 
     # -- explain ---------------------------------------------------------------------------
+    def cte_names(self, sql: str) -> frozenset[str]:
+        """Every CTE name `sql` defines, in any scope, ASCII-lower-cased as SQLite compares
+        names (for the SQLite adapter's authorizer, which sees a CTE read under its name)."""
+        statement = self._single_statement(sql)
+        if statement is None:
+            return frozenset()
+        names: set[str] = set()
+        for cte in statement.find_all(exp.CTE):
+            alias = cte.args.get("alias")
+            ident = alias.this if isinstance(alias, exp.TableAlias) else None
+            if isinstance(ident, exp.Identifier) and isinstance(ident.this, str):
+                names.add(ident.this.translate(_ASCII_LOWER))
+        return frozenset(names)
+
     def referenced_tables(self, sql: str) -> frozenset[str]:
         statement = self._single_statement(sql)
         if statement is None:
