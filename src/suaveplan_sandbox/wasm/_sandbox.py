@@ -65,9 +65,6 @@ from suaveplan_sandbox.wasm._cpu import CallWatch, CpuWatcher
 _NO_DEADLINE: Final = 1 << 62
 _PAGE: Final = 65536
 _I32: Final = wasmtime.ValType.i32()
-_I64: Final = wasmtime.ValType.i64()
-_F32: Final = wasmtime.ValType.f32()
-_F64: Final = wasmtime.ValType.f64()
 # The most recent denials a handle keeps (`WasmSandbox.denials`); `denials_total` counts all.
 MAX_DENIALS: Final = 256
 # Integer arguments: either the signed or the unsigned reading of the type's bits is accepted
@@ -79,8 +76,13 @@ def _invalid_argument(export: str, message: str, **details: WireValue) -> Suavep
     return SuaveplanError("SAND_INVALID_ARGUMENT", message, {"export": export, **details})
 
 
+def param_kinds(params: Sequence[wasmtime.ValType]) -> tuple[str, ...]:
+    """An export's parameter types as names (`i32`, `f64`, …; comparing ValTypes is FFI)."""
+    return tuple(str(ty) for ty in params)
+
+
 def coerce_arguments(
-    export: str, params: Sequence[wasmtime.ValType], args: Sequence[object]
+    export: str, params: Sequence[str], args: Sequence[object]
 ) -> list[int | float]:
     """`args` checked against an export's parameter types, as wasmtime should receive them.
 
@@ -93,10 +95,10 @@ def coerce_arguments(
             export, "wrong number of arguments", expected=len(params), got=len(args)
         )
     out: list[int | float] = []
-    for index, (ty, value) in enumerate(zip(params, args, strict=True)):
-        kind = "i32" if ty == _I32 else "i64" if ty == _I64 else None
-        if kind is not None:
-            lo, hi = _INT_RANGES[kind]
+    for index, (kind, value) in enumerate(zip(params, args, strict=True)):
+        bounds = _INT_RANGES.get(kind)
+        if bounds is not None:
+            lo, hi = bounds
             if type(value) is not int:
                 raise _invalid_argument(
                     export, "an integer argument is required", index=index, param=kind
@@ -107,23 +109,23 @@ def coerce_arguments(
                 )
             bits = 32 if kind == "i32" else 64
             out.append(value - (1 << bits) if value >= 1 << (bits - 1) else value)
-        elif ty in (_F32, _F64):
+        elif kind in {"f32", "f64"}:
             if type(value) not in (int, float):
                 raise _invalid_argument(
-                    export, "a number argument is required", index=index, param=str(ty)
+                    export, "a number argument is required", index=index, param=kind
                 )
             try:
                 out.append(float(value))  # type: ignore[arg-type]
             except OverflowError:
                 raise _invalid_argument(
-                    export, "a number argument is out of range", index=index, param=str(ty)
+                    export, "a number argument is out of range", index=index, param=kind
                 ) from None
         else:
             raise _invalid_argument(
                 export,
                 "the export takes a parameter type the host cannot pass",
                 index=index,
-                param=str(ty),
+                param=kind,
             )
     return out
 
@@ -306,6 +308,8 @@ class WasmSandbox:
         self._instance: wasmtime.Instance | None = None
         # The long-lived instance's exports, read on the first call (not at create).
         self._exports: Mapping[str, object] | None = None
+        # Parameter types per export, read at its first call (a type query costs FFI calls).
+        self._params: dict[str, tuple[str, ...]] = {}
         # The running guest's exported `memory`, for host imports (saves a lookup per import).
         # Only set while a guest of this store runs: it must never meet another store.
         self._guest_memory: wasmtime.Memory | None = None
@@ -516,10 +520,13 @@ class WasmSandbox:
                 raise SuaveplanError(
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": export}
                 )
-            try:
-                values = coerce_arguments(export, func.type(store).params, args)
-            except wasmtime.WasmtimeError as exc:
-                raise _engine.translate(exc, during="call") from exc
+            params = self._params.get(export)
+            if params is None:
+                try:
+                    params = self._params[export] = param_kinds(func.type(store).params)
+                except wasmtime.WasmtimeError as exc:
+                    raise _engine.translate(exc, during="call") from exc
+            values = coerce_arguments(export, params, args)
             memory = exports.get("memory")
             mem = memory if isinstance(memory, wasmtime.Memory) else None
             start_size = mem.data_len(store) if mem is not None else 0
