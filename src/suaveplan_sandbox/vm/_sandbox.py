@@ -189,6 +189,7 @@ class VmSandbox:
         self._loop = asyncio.get_running_loop()
         self._sock: socket.socket | None = None
         self._fd = -1
+        self._lifeline = -1
         self._decoder = FrameDecoder(max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)
         self._out = bytearray()
         self._pid = 0
@@ -263,6 +264,10 @@ class VmSandbox:
                 os.kill(self._pid, signal.SIGKILL)
 
     def _close_sock(self) -> None:
+        if self._lifeline >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._lifeline)
+            self._lifeline = -1
         if self._sock is not None:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._fd)
@@ -711,6 +716,9 @@ async def create_vm_sandbox(
         cpu_backstop_seconds(budgets.wall_clock_ms) or DEFAULT_CPU_BACKSTOP_S,
     )
     host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The worker's lifeline: we hold the only write end; when this process ends, however it
+    # ends, the kernel closes it and the worker is killed (see `arm_lifeline`).
+    lifeline_r, sb._lifeline = os.pipe()
     try:
         try:
             sb._pid = fork_server().fork(
@@ -719,9 +727,11 @@ async def create_vm_sandbox(
                 rlimits=rlimits,
                 require=tuple(require_hardening),
                 probe=_test_process_probe,
+                lifeline=lifeline_r,
             )
         finally:
             worker_end.close()
+            os.close(lifeline_r)
         host_end.setblocking(False)
         sb._sock = host_end
         sb._fd = host_end.fileno()

@@ -137,19 +137,32 @@ class ForkServer:
         rlimits: tuple[int | None, int | None],
         require: tuple[str, ...],
         probe: bool = False,
+        lifeline: int | None = None,
     ) -> int:
         """Fork a worker serving `bundle` on `worker_sock` (our end is the caller's). Its pid.
+
+        `lifeline`: the read end of a pipe whose write end only the caller holds; the worker
+        is killed by the kernel when that end closes (the caller ended), busy or not.
 
         A zygote found dead when the request could not even be sent (it died since the last
         request and was not reaped yet) is restarted and the request retried once; one that
         dies after receiving it fails the request (it may have forked).
         """
         try:
-            return self._fork(bundle, worker_sock, rlimits=rlimits, require=require, probe=probe)
+            return self._fork(
+                bundle,
+                worker_sock,
+                rlimits=rlimits,
+                require=require,
+                probe=probe,
+                lifeline=lifeline,
+            )
         except SuaveplanError as exc:
             if exc.details.get("why") != _SEND_FAILED:
                 raise
-        return self._fork(bundle, worker_sock, rlimits=rlimits, require=require, probe=probe)
+        return self._fork(
+            bundle, worker_sock, rlimits=rlimits, require=require, probe=probe, lifeline=lifeline
+        )
 
     def _fork(
         self,
@@ -159,6 +172,7 @@ class ForkServer:
         rlimits: tuple[int | None, int | None],
         require: tuple[str, ...],
         probe: bool,
+        lifeline: int | None,
     ) -> int:
         with self._lock:
             ctl = self._ensure()
@@ -176,7 +190,7 @@ class ForkServer:
                     "require": list(require),
                     "probe": probe,
                 },
-                [worker_sock.fileno()],
+                [worker_sock.fileno()] + ([lifeline] if lifeline is not None else []),
             )
             if rep.get("op") != "forked":
                 raise _failed(str(rep.get("why", "fork")))

@@ -8,11 +8,13 @@ pid. A request that is malformed in any way (bytes, shape, fields, fds) is answe
 `{"op": "error", "code": "SAND_WIRE_ERROR", "why": ...}` and the zygote keeps serving.
 Children are reaped with waitpid(WNOHANG) on every wake-up and reported as `exited`.
 
-Nothing outlives the host: EOF on the control socket (the host exited or was SIGKILLed; the
-kernel closes its end) ends the zygote, and every child sets `PR_SET_PDEATHSIG` = SIGKILL
-right after the fork, so it is killed when the zygote ends, busy or not. The zygote itself
-does not use a parent-death signal: it fires when the *thread* that spawned it ends, and a
-host may start the fork server from a short-lived thread (a blocking facade's loop thread).
+Nothing outlives the host. EOF on the control socket (the host exited or was SIGKILLed; the
+kernel closes its end) ends the zygote. A `fork` may carry a second fd, the read end of a
+*lifeline* pipe whose only write end the host holds: the worker arms it first thing
+(`arm_lifeline`: O_ASYNC, SIGIO at its default action, which terminates), so the kernel
+kills it when the host's end closes, busy or not, while it still outlives its zygote (a
+killed fork server is restarted; live sandboxes keep their workers). Parent-death signals
+are not used: they fire when the *thread* that forked ends, and tie a worker to the zygote.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import sys
 from typing import Any
 
@@ -37,12 +40,13 @@ def _send(ctl: socket.socket, obj: dict[str, Any]) -> None:
         raise SystemExit(0) from None
 
 
-def _child(
+def _child(  # noqa: PLR0917
     ctl: socket.socket,
     wsock: socket.socket,
     compiled: Any,
     plan: Any,
     req: dict[str, Any],
+    lifeline: int,
 ) -> None:
     from suaveplan_sandbox.errors import SuaveplanError
     from suaveplan_sandbox.protocol import Failure, encode
@@ -55,7 +59,10 @@ def _child(
     rlimits = RlimitSettings(address_space_bytes=rl[0], cpu_seconds=rl[1])
     try:
         report = apply_hardening(
-            plan, keep_fds=(wsock.fileno(),), rlimits=rlimits, require=tuple(req["require"])
+            plan,
+            keep_fds=(wsock.fileno(), *([lifeline] if lifeline >= 0 else [])),
+            rlimits=rlimits,
+            require=tuple(req["require"]),
         )
     except SuaveplanError as exc:
         wsock.sendall(encode(Failure(id=0, error=exc.to_wire())))  # type: ignore[arg-type]
@@ -129,7 +136,7 @@ def _dispatch(  # noqa: PLR0917
 ) -> None:
     from suaveplan_sandbox.errors import SuaveplanError
     from suaveplan_sandbox.vm._guest import PluginBundle, compile_bundle
-    from suaveplan_sandbox.vm._hardening import die_with_parent
+    from suaveplan_sandbox.vm._hardening import arm_lifeline
 
     op = req.get("op")
     if op == "load":
@@ -143,8 +150,11 @@ def _dispatch(  # noqa: PLR0917
             raise _BadRequest(f"bundle:{exc.code}", req_id) from exc
         _send(ctl, {"op": "loaded", "id": req_id})
     elif op in ("fork", "bare"):
-        if len(fds) != 1:
+        if not (len(fds) == 1 or (op == "fork" and len(fds) == 2)):
             raise _BadRequest("need-one-fd", req_id)
+        lifeline = fds[1] if len(fds) == 2 else -1
+        if lifeline >= 0 and not stat.S_ISFIFO(os.fstat(lifeline).st_mode):
+            raise _BadRequest("bad-lifeline", req_id)
         compiled = None
         if op == "fork":
             digest, rl, require = req.get("digest"), req.get("rlimits"), req.get("require")
@@ -163,23 +173,24 @@ def _dispatch(  # noqa: PLR0917
             wsock = socket.socket(fileno=fds[0])
         except OSError as exc:
             raise _BadRequest("bad-fd", req_id) from exc
-        zygote = os.getpid()
         try:
             pid = os.fork()
         except OSError as exc:
             wsock.close()
             raise _BadRequest("fork-failed", req_id) from exc
         if pid == 0:
-            # First: a worker never outlives the zygote (which ends with its host, on EOF).
-            die_with_parent(zygote)
+            if lifeline >= 0:
+                arm_lifeline(lifeline)  # first: from here on the worker dies with its host
             os.close(wake[0])
             os.close(wake[1])
             signal.set_wakeup_fd(-1)
             if compiled is None:
                 _bare_child(ctl, wsock)
-            _child(ctl, wsock, compiled, plan, req)
+            _child(ctl, wsock, compiled, plan, req, lifeline)
             os._exit(0)
         wsock.close()
+        if lifeline >= 0:
+            os.close(lifeline)
         children.add(pid)
         _send(ctl, {"op": "forked", "id": req_id, "pid": pid})
     elif op == "ping":

@@ -19,7 +19,7 @@ import pytest
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.vm import create_vm_sandbox
 from suaveplan_sandbox.vm._guest import load_plugin
-from suaveplan_sandbox.vm._hardening import die_with_parent
+from suaveplan_sandbox.vm._hardening import arm_lifeline
 from suaveplan_sandbox.vm._sandbox import DEFAULT_CPU_BACKSTOP_S, MAX_RECORDED_DENIALS
 from suaveplan_sandbox.vm._zygote import ForkServer
 
@@ -100,42 +100,76 @@ def test_a_sigkilled_host_takes_its_fork_server_and_busy_worker_with_it(tmp_path
         _kill_all([p for p in pids if not _gone(p)])
 
 
-def test_a_worker_dies_when_its_fork_server_is_killed(tmp_path: Path) -> None:
+def test_closing_the_lifeline_kills_a_busy_worker_that_outlives_its_fork_server(
+    tmp_path: Path,
+) -> None:
+    from suaveplan_sandbox.protocol import Call, encode
+
     (tmp_path / "p.py").write_text(SPIN)
     bundle = load_plugin(tmp_path / "p.py")
     srv = ForkServer()  # a private zygote: the process-wide one stays untouched
     ours, theirs = socket.socketpair()
+    read_end, write_end = os.pipe()
     pid = 0
     try:
         try:
-            pid = srv.fork(bundle, theirs, rlimits=(None, None), require=())
+            pid = srv.fork(bundle, theirs, rlimits=(None, None), require=(), lifeline=read_end)
         finally:
             theirs.close()
+            os.close(read_end)
+        ours.recv(65536)  # Ready
+        ours.sendall(encode(Call(id=1, name="spin", args=[], kwargs={})))
         zygote = srv.pid
         assert zygote is not None
-        assert not _gone(pid)
         os.kill(zygote, signal.SIGKILL)
-        # Our end of the worker's socket stays open: only the parent-death signal ends it.
+        time.sleep(0.2)
+        assert not _gone(pid)  # the worker outlives its fork server, still spinning
+        os.close(write_end)
+        write_end = -1
+        # Our end of the worker's socket stays open: only the lifeline ends it.
         assert _wait_gone([pid], timeout=10.0) == []
     finally:
+        if write_end >= 0:
+            os.close(write_end)
         ours.close()
         srv.shutdown()
         if pid:
             _kill_all([pid])
 
 
-def test_a_child_whose_parent_died_before_the_death_signal_was_set_exits_at_once() -> None:
-    # The race: the parent ends between fork() and prctl(). getppid() then names someone
-    # else, and the child must not carry on as an orphan.
+def test_a_worker_whose_host_died_before_it_armed_the_lifeline_exits_at_once() -> None:
+    # The race: the host ends between the fork request and the worker arming its lifeline.
+    read_end, write_end = os.pipe()
+    os.close(write_end)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
-            die_with_parent(os.getppid() + 1_000_000)
+            arm_lifeline(read_end)
             os._exit(7)  # still running: the check failed
         finally:
             os._exit(8)
+    os.close(read_end)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_an_armed_lifeline_kills_through_the_default_sigio_action() -> None:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(write_end)
+            assert arm_lifeline(read_end)
+            time.sleep(30)
+            os._exit(7)
+        finally:
+            os._exit(8)
+    os.close(read_end)
+    time.sleep(0.1)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    assert os.WTERMSIG(status) == signal.SIGIO
 
 
 def _soft_cpu_limit(pid: int) -> str:

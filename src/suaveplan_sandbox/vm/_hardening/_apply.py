@@ -22,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import math
 import os
 import platform
 import resource
+import select
 import signal
 import struct
 from collections.abc import Collection, Mapping
@@ -41,7 +43,6 @@ _SYS_LANDLOCK_RESTRICT_SELF: Final = 446
 _LANDLOCK_CREATE_RULESET_VERSION: Final = 1
 _PR_SET_NO_NEW_PRIVS: Final = 38
 _PR_SET_SECCOMP: Final = 22
-_PR_SET_PDEATHSIG: Final = 1
 _SECCOMP_MODE_FILTER: Final = 2
 
 _AUDIT_ARCH_X86_64: Final = 0xC000003E
@@ -283,22 +284,24 @@ class _LayerFailed(Exception):
     pass
 
 
-def die_with_parent(parent_pid: int) -> bool:
-    """Have the kernel SIGKILL this process when its parent ends (`PR_SET_PDEATHSIG`).
+def arm_lifeline(fd: int) -> bool:
+    """Die with the host: `fd` is the read end of a pipe whose only write end the host holds.
 
-    Called first thing in a process forked by a single-threaded parent (the fork server), so
-    "the parent thread" is the parent. If the parent already ended before the setting took
-    effect (`getppid()` no longer `parent_pid`), the process exits at once. False where the
-    kernel offers no parent-death signal (not Linux): the caller then has no such guarantee.
+    With `O_ASYNC` and this process as owner, the kernel sends SIGIO when the last writer
+    closes (the host exited or was SIGKILLed); SIGIO's default action terminates the process,
+    even inside C code, and the worker never handles it. Nothing is ever written to the pipe,
+    so it becomes readable only then; if it already is (the host died before this ran), the
+    process exits at once. Independent of the fork server: a worker outlives its zygote.
+    False where the kernel offers no such signal (not Linux): no guarantee then.
     """
     if platform.system() != "Linux":
         return False
-    libc = _libc()
-    sigkill = ctypes.c_ulong(int(signal.SIGKILL))
-    zero = ctypes.c_ulong(0)
-    if libc.prctl(_PR_SET_PDEATHSIG, sigkill, zero, zero, zero) != 0:
-        return False
-    if os.getppid() != parent_pid:
+    signal.signal(signal.SIGIO, signal.SIG_DFL)
+    fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC | os.O_NONBLOCK)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if poller.poll(0):
         os._exit(0)
     return True
 
