@@ -323,6 +323,26 @@ def test_no_wasmtime_exception_escapes_call_for_any_arguments(
     asyncio.run(once())
 
 
+async def test_an_unexpected_wasmtime_failure_is_translated_and_ends_the_guest(
+    typed: WasmSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import wasmtime
+
+    def broken(self: object, *args: object) -> object:
+        raise RuntimeError("wasmtime-py internals changed")
+
+    monkeypatch.setattr(wasmtime.Func, "__call__", broken)
+    with pytest.raises(SuaveplanError) as info:
+        await typed.call("add", 1, 2)
+    assert info.value.code == "SAND_WASM_TRAP"
+    assert isinstance(info.value.cause, RuntimeError)
+    assert typed.state == "ended"  # any unexpected exception is terminal
+    monkeypatch.undo()
+    with pytest.raises(SuaveplanError) as later:
+        await typed.call("add", 1, 2)
+    assert later.value.code == "SAND_WASM_ENDED"
+
+
 # -- denials are bounded ---------------------------------------------------------------------
 
 
