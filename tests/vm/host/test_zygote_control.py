@@ -116,6 +116,32 @@ def test_fork_fields_of_the_wrong_shape_are_refused_before_forking(
     assert server.ping() == server.pid
 
 
+@pytest.mark.parametrize(
+    ("op", "second", "why"),
+    [("fork", "socket", "bad-lifeline"), ("bare", "pipe", "need-one-fd")],
+    ids=["lifeline-not-a-pipe", "bare-with-a-lifeline"],
+)
+def test_a_lifeline_must_be_a_pipe_and_only_a_fork_takes_one(
+    server: ForkServer, op: str, second: str, why: str
+) -> None:
+    import os
+
+    ours, theirs = socket.socketpair()
+    extra_ours, extra_theirs = socket.socketpair()
+    r, w = os.pipe()
+    extra = extra_theirs.fileno() if second == "socket" else r
+    try:
+        rep = _raw(server, msgpack.packb({"op": op, "id": 4}), [theirs.fileno(), extra])
+        assert (rep["op"], rep["why"]) == ("error", why)
+        assert server.live == set()
+        assert server.ping() == server.pid
+    finally:
+        for sock in (ours, theirs, extra_ours, extra_theirs):
+            sock.close()
+        os.close(r)
+        os.close(w)
+
+
 def test_a_bare_fork_reports_ready_through_the_same_zygote(server: ForkServer) -> None:
     ours, theirs = socket.socketpair()
     try:
