@@ -15,8 +15,10 @@ CODES: Final = define_codes(
         "details carry `capability` and `reason` only.",
         "BUDGET_EXCEEDED": "A CPU, memory or wall-clock budget was breached; "
         "`details.budget` names the dimension. The guest is ended.",
-        "SAND_MANIFEST_INVALID": "The manifest is malformed; details name the field path "
-        "(`loc`) and, for rule lists, the rule index.",
+        "SAND_MANIFEST_INVALID": "The manifest is malformed: `details.errors` lists every "
+        "problem with its `path`, `field` and, for rule lists, `index` (the first is repeated "
+        "at the top level); a manifest file that cannot be used at all has `file` and "
+        "`reason` instead, with an empty `errors` list.",
         "SAND_INVALID_ARGUMENT": "A host-side API was called with an argument it cannot accept.",
         "SAND_WIRE_ERROR": "A frame on the host/worker channel was malformed, oversized or "
         "out of protocol; the worker is ended.",
