@@ -1,5 +1,6 @@
-"""The per-call RLIMIT_CPU backstop in a real worker (the host does not pass it yet, so the
-test hands `cpu_seconds` to the fork server itself, as the host will)."""
+"""The per-call RLIMIT_CPU backstop in a real worker. The host arms it from the budgets
+(wallClockMs + 1 s, 300 s without one); these tests lower it to 1 s at the fork server so a
+runaway is caught quickly and short calls are shown to re-arm it."""
 
 from __future__ import annotations
 
