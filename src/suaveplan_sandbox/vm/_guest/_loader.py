@@ -18,6 +18,8 @@ from suaveplan_sandbox.vm._guest._policy import (
 
 _MAX_SOURCE = 4 * 1024 * 1024
 
+_ACCEPTED_KINDS = (".py file", "package folder with __init__.py")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PluginModule:
@@ -159,9 +161,9 @@ def load_plugin(
     if path.is_dir():
         if not (path / "__init__.py").is_file():
             raise SuaveplanError(
-                "SAND_VM_MODULE_IMPORT_FORBIDDEN",
-                "plugin package lacks __init__.py",
-                {"file": str(path)},
+                "SAND_INVALID_ARGUMENT",
+                "plugin folder lacks __init__.py",
+                {"file": str(path), "accepted": list(_ACCEPTED_KINDS)},
             )
         top = path.name
         for file in sorted(path.rglob("*.py")):
@@ -190,10 +192,11 @@ def load_plugin(
         )
         entry = top
     else:
+        # Not an import decision: the host handed us something that is not a plugin at all.
         raise SuaveplanError(
-            "SAND_VM_MODULE_IMPORT_FORBIDDEN",
-            "plugin path is not a .py file or package",
-            {"file": str(path)},
+            "SAND_INVALID_ARGUMENT",
+            "plugin path is not a .py file or a package folder with __init__.py",
+            {"file": str(path), "accepted": list(_ACCEPTED_KINDS)},
         )
     known = {m.name for m in modules}
     layer = not _without_interpreter_layer
