@@ -1,4 +1,4 @@
-"""Both event buses accept and refuse exactly the same payloads, with the same coded error.
+"""Both event buses (and the `testing.InMemoryEvents` fake hosts test with) accept and refuse exactly the same payloads, with the same coded error.
 
 The rule (documented in `docs/hosts.md` and `adapters/_events.py`): strict JSON values only;
 bytes, NaN/infinity, non-string dict keys and other objects are refused at `publish` with
@@ -19,14 +19,18 @@ from suaveplan_sandbox.adapters import Adapters, InProcessEventBus, RedisEventBu
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
+from suaveplan_sandbox.testing import InMemoryEvents
 
-Bus = InProcessEventBus | RedisEventBus
+Bus = InProcessEventBus | RedisEventBus | InMemoryEvents
 
 
-@pytest.fixture(params=["in-process", "redis"])
+@pytest.fixture(params=["in-process", "redis", "testing-fake"])
 async def bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
     if request.param == "in-process":
         yield InProcessEventBus()
+        return
+    if request.param == "testing-fake":
+        yield InMemoryEvents()
         return
     redis_url: str = request.getfixturevalue("redis_url")
     redis_bus = RedisEventBus(redis_url)

@@ -18,6 +18,7 @@ from suaveplan_sandbox.adapters._protocols import (
     HttpResponse,
     QueryResult,
 )
+from suaveplan_sandbox.adapters._events import decode_payload, encode_payload
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._topic_rules import topic_matches
 
@@ -176,10 +177,14 @@ class InMemoryEvents:
         self.subscriptions: list[_FakeSubscription] = []
 
     async def publish(self, plugin: str, topic: str, payload: WireValue) -> None:
-        self.published.append((plugin, topic, payload))
+        # The same payload rule as the real buses: strict JSON or SAND_INVALID_ARGUMENT, and
+        # every subscriber (and the record) gets its own copy, so a host tested against this
+        # fake meets the production behaviour.
+        data = encode_payload(payload)
+        self.published.append((plugin, topic, decode_payload(data)))
         for sub in list(self.subscriptions):
             if topic_matches(sub.pattern, topic):
-                await sub.handler(topic, payload)
+                await sub.handler(topic, decode_payload(data))
 
     async def subscribe(
         self, plugin: str, pattern: str, handler: EventHandler
