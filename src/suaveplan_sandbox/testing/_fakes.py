@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
+from suaveplan_sandbox.adapters._events import decode_payload, encode_payload
 from suaveplan_sandbox.adapters._protocols import (
     EventHandler,
     HttpRequest,
     HttpResponse,
     QueryResult,
 )
-from suaveplan_sandbox.adapters._events import decode_payload, encode_payload
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._topic_rules import topic_matches
 
