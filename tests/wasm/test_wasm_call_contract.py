@@ -4,7 +4,9 @@ a breach that ends the guest, bounded denial records, and errors that hold no sa
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
+import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -397,3 +399,49 @@ async def test_a_kept_error_does_not_keep_a_disposed_sandbox_alive(
     gc.collect()
     assert ref() is None, "an error raised by call() keeps the disposed sandbox alive"
     assert kept[0].__traceback__ is not None  # the traceback itself is kept, minus locals
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("add", (1, 2), None),
+        ("boom", (), "SAND_WASM_TRAP"),
+        ("add", (1.5, 2), "SAND_INVALID_ARGUMENT"),
+    ],
+    ids=["result", "trap", "invalid-argument"],
+)
+async def test_the_guest_thread_lingering_after_a_call_does_not_keep_the_sandbox_alive(
+    root: Path,
+    wat: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, tuple[Any, ...], str | None],
+) -> None:
+    export, args, code = case
+    # An executor thread drops its finished work item only when it next loops, which under
+    # load comes well after the caller has its answer: hold it there for certain, so a work
+    # item that references the handle shows as a kept sandbox every time, not once in a while.
+    sb = await create_wasm_sandbox(wasm_module_path=wat(TYPED_WAT), policy=_policy(root))
+    finished, release = threading.Event(), threading.Event()
+    run = concurrent.futures.thread._WorkItem.run
+
+    def run_then_linger(item: concurrent.futures.thread._WorkItem[Any]) -> None:
+        run(item)
+        finished.set()
+        release.wait(10)
+
+    monkeypatch.setattr(concurrent.futures.thread._WorkItem, "run", run_then_linger)
+    try:
+        kept: list[SuaveplanError] = []
+        try:
+            assert await sb.call(export, *args) == 3
+        except SuaveplanError as exc:
+            kept.append(exc)
+        assert [e.code for e in kept] == ([] if code is None else [code])
+        assert await asyncio.to_thread(finished.wait, 10)
+        await sb.dispose()
+        ref = weakref.ref(sb)
+        del sb
+        gc.collect()
+        assert ref() is None, "the guest thread's finished work item keeps the sandbox alive"
+    finally:
+        release.set()

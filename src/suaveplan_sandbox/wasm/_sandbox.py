@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, Generic, TypeVar, final
 
 import wasmtime
 
@@ -145,6 +145,29 @@ def _drop_frames(error: BaseException) -> BaseException:
             traceback.clear_frames(current.__traceback__)
         current = current.__cause__ or current.__context__
     return error
+
+
+_T = TypeVar("_T")
+
+
+@final
+class _OneShot(Generic[_T]):
+    """A callable for the guest thread that lets go of its target once called.
+
+    The executor's work item outlives the call: its thread drops it only after the caller's
+    future already has the result or error, so a bound method held there would keep the
+    handle alive, for a moment, after `dispose()` (and past the caller's own clean-up).
+    """
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[..., _T]) -> None:
+        self._fn: Callable[..., _T] | None = fn
+
+    def __call__(self, *args: Any) -> _T:
+        fn, self._fn = self._fn, None
+        assert fn is not None, "a one-shot call ran twice"
+        return fn(*args)
 
 
 @final
@@ -349,7 +372,9 @@ class WasmSandbox:
         # frames are in its cause's: neither may keep the handle (and its store) alive.
         try:
             self._check_alive()
-            fut = self._loop.run_in_executor(self._worker(), self._call_sync, export, args)
+            fut = self._loop.run_in_executor(
+                self._worker(), _OneShot(self._call_sync), export, args
+            )
         except SuaveplanError as exc:
             del self
             _drop_frames(exc)
@@ -364,7 +389,9 @@ class WasmSandbox:
     async def run(self, *, argv: Sequence[str] = (), stdin: bytes = b"") -> RunResult:
         try:  # see `call`
             self._check_alive()
-            fut = self._loop.run_in_executor(self._worker(), self._run_sync, tuple(argv), stdin)
+            fut = self._loop.run_in_executor(
+                self._worker(), _OneShot(self._run_sync), tuple(argv), stdin
+            )
         except SuaveplanError as exc:
             del self
             _drop_frames(exc)
