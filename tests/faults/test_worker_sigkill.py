@@ -9,20 +9,25 @@ brand-new sandbox, nothing leaked, and every write whose call returned is on dis
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures.thread
+import functools
 import os
 import random
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
 from faults._support import HostProbe, SecurityRecord, kill, pid_gone, policy
 from suaveplan_sandbox.adapters import Adapters, BeneathRootFs, QueryResult
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
-from suaveplan_sandbox.vm import create_vm_sandbox
+from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
 
 KILLS = 5
+_WORK_ITEM_RUN = concurrent.futures.thread._WorkItem.run.__code__
 
 
 @pytest.mark.parametrize("seed", [701, 702])
@@ -127,6 +132,46 @@ def _no_temp_files(directory: Path) -> bool:
     return not any(p.name.endswith(".suaveplan-tmp") for p in directory.iterdir())
 
 
+def _runs_a_write(frame: FrameType) -> bool:
+    if frame.f_code is BeneathRootFs._write_sync.__code__:
+        return True
+    if frame.f_code is not _WORK_ITEM_RUN:
+        return False
+    # An executor thread between taking the write's work item and entering `_write_sync`
+    # (or just past it): `asyncio.to_thread` submits `partial(context.run, func, *args)`.
+    fn = getattr(frame.f_locals.get("self"), "fn", None)
+    func = fn.args[0] if isinstance(fn, functools.partial) and fn.args else None
+    return getattr(func, "__func__", None) is BeneathRootFs._write_sync
+
+
+def _writing_threads() -> int:
+    """Threads now running a `BeneathRootFs` write (at any depth of their stack)."""
+    busy = 0
+    for frame in sys._current_frames().values():
+        current: FrameType | None = frame
+        while current is not None:
+            if _runs_a_write(current):
+                busy += 1
+                break
+            current = current.f_back
+    return busy
+
+
+async def _wait_for_writes_to_unwind(sb: VmSandbox, timeout_s: float = 20.0) -> None:
+    """Bounded wait until no write the host ran for `sb` can still change the directory.
+
+    A crash or `dispose()` only *requests* cancellation of in-flight adapter calls, and a
+    cancelled write's thread cannot be stopped: it unlinks its temp file (or, if it won the
+    rename before the cancellation, has renamed it) on its own time. Under load that thread
+    may not even have created its temp file yet, so "no temp file now" proves nothing; once
+    the gateway holds no call and no thread is inside the write, the directory is final.
+    """
+    deadline = time.monotonic() + timeout_s
+    while sb._gateway.inflight or _writing_threads():
+        assert time.monotonic() < deadline, "a cancelled write never unwound"
+        await asyncio.sleep(0.01)
+
+
 async def _wait_for_no_temp_files(directory: Path) -> None:
     # A write the host was running for a killed worker finishes (or unwinds) on its thread.
     for _ in range(200):
@@ -171,7 +216,7 @@ async def test_worker_killed_mid_write_leaves_the_acknowledged_or_the_new_conten
             else:
                 acknowledged = pending
             await sb.dispose()
-            await _wait_for_no_temp_files(data_dir)
+            await _wait_for_writes_to_unwind(sb)
             on_disk = target.read_bytes()
             assert on_disk in (acknowledged, pending), "a killed write left a mix"
             assert _no_temp_files(data_dir)
