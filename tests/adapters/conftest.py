@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -11,6 +12,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+
+def _accepts(path: Path) -> bool:
+    """The server answers a `QUIT` and has closed (so freed) that connection."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(str(path))
+            probe.sendall(b"QUIT\r\n")
+            while probe.recv(64):
+                pass  # until the server's close: a probe still open would count as a client
+        except OSError:
+            return False
+    return True
 
 
 @contextlib.contextmanager
@@ -40,14 +55,15 @@ def running_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         stdout=subprocess.DEVNULL,
     )
     try:
-        for _ in range(500):
-            if sock.exists():
-                break
+        # Ready once a connection is served: the socket file appears at bind(), before
+        # listen(), and a client connecting in between is refused.
+        deadline = time.monotonic() + 10
+        while not _accepts(sock):
             if proc.poll() is not None:
                 pytest.fail("redis-server exited at startup")
+            if time.monotonic() > deadline:
+                pytest.fail("redis-server did not accept connections on its socket")
             time.sleep(0.01)
-        else:
-            pytest.fail("redis-server did not create its socket")
         yield f"unix://{sock}", proc
     finally:
         if proc.poll() is None:
