@@ -172,14 +172,6 @@ async def _wait_for_writes_to_unwind(sb: VmSandbox, timeout_s: float = 20.0) -> 
         await asyncio.sleep(0.01)
 
 
-async def _wait_for_no_temp_files(directory: Path) -> None:
-    # A write the host was running for a killed worker finishes (or unwinds) on its thread.
-    for _ in range(200):
-        if _no_temp_files(directory):
-            return
-        await asyncio.sleep(0.02)
-
-
 @pytest.mark.parametrize("seed", [721, 722])
 async def test_worker_killed_mid_write_leaves_the_acknowledged_or_the_new_contents(
     seed: int, tmp_path: Path, security_record: SecurityRecord
@@ -291,9 +283,9 @@ async def test_write_of_a_killed_worker_never_lands_after_a_later_acknowledged_w
                 plugin_module_path=probe.plugin, policy=policy(tmp_path), proxies=Adapters(fs=fs)
             ) as fresh:
                 assert await fresh.call("write", "/data/doc.bin", later) == len(later)
-            await _wait_for_no_temp_files(target.parent)
-            await asyncio.sleep(0.4)  # give a stray rename every chance to land
+            await _wait_for_writes_to_unwind(sb)  # every stray rename has landed or never will
             assert target.read_bytes() == later, "an acknowledged write was replaced"
+            assert _no_temp_files(target.parent)
             ok, why = await probe.healthy()
             assert ok, why
             survived += 1
