@@ -7,7 +7,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import final
+from typing import Final, final
 
 
 @final
@@ -85,3 +85,55 @@ def ratio_row(
         target=f"≥ {at_least_faster:g}x faster",
         ok=baseline_s >= at_least_faster * value_s,
     )
+
+
+# Paired measurement for overheads smaller than the machine's noise (absolute times swing 2x
+# within a minute): the two sides run in alternating short batches (`_ROUNDS` pairs, order
+# flipped every round) and each pair gives one ratio, so a burst of noise lands on both sides
+# alike. Time is this thread's CPU time (`time.thread_time`), so slices other processes take
+# while we are descheduled count on neither side.
+_ROUNDS: Final = 31
+_BATCH_S: Final = 0.01  # each side's batch in one round lasts about this long
+
+
+def _batch_size(fn: Callable[[], object]) -> int:
+    number = 1
+    while True:
+        start = time.thread_time()
+        for _ in range(number):
+            fn()
+        if time.thread_time() - start >= _BATCH_S or number >= 1_000_000:
+            return number
+        number *= 2
+
+
+def _per_call(fn: Callable[[], object], number: int) -> float:
+    start = time.thread_time()
+    for _ in range(number):
+        fn()
+    return (time.thread_time() - start) / number
+
+
+def paired(
+    value: Callable[[], object], baseline: Callable[[], object], rounds: int = _ROUNDS
+) -> tuple[float, float]:
+    """(median of value/baseline over interleaved rounds, baseline's median seconds per call)."""
+    n_value, n_base = _batch_size(value), _batch_size(baseline)
+    ratios: list[float] = []
+    bases: list[float] = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for i in range(rounds):
+            if i % 2:
+                v = _per_call(value, n_value)
+                b = _per_call(baseline, n_base)
+            else:
+                b = _per_call(baseline, n_base)
+                v = _per_call(value, n_value)
+            ratios.append(v / b)
+            bases.append(b)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return statistics.median(ratios), statistics.median(bases)

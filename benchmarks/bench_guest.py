@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from benchmarks._harness import BenchRow, measure
+from benchmarks._harness import BenchRow, paired
 from suaveplan_sandbox.vm._guest import GuestRuntime, compile_bundle, load_plugin
 
 PLUGIN = """
@@ -47,15 +47,10 @@ def run() -> list[BenchRow]:
     plain_report = plain["report"]
     assert callable(plain_report)
     assert runtime.call("report", [CSV], {}) == plain_report(CSV)
-    # Interleave the two and keep each one's best median: this machine's noise is larger
-    # than the overhead being measured.
-    guest_samples: list[float] = []
-    plain_samples: list[float] = []
-    for _ in range(7):
-        guest_samples.append(measure(lambda: runtime.call("report", [CSV], {})))
-        plain_samples.append(measure(lambda: plain_report(CSV)))
-    guest_s, plain_s = min(guest_samples), min(plain_samples)
-    ratio = guest_s / plain_s
+    # This machine's noise is larger than the overhead being measured: paired, interleaved
+    # batches on thread CPU time (see `_harness.paired`), median of the per-pair ratios.
+    ratio, plain_s = paired(lambda: runtime.call("report", [CSV], {}), lambda: plain_report(CSV))
+    guest_s = ratio * plain_s
     return [
         BenchRow(
             name="guest: CSV report via GuestRuntime",
