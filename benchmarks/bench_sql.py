@@ -28,6 +28,7 @@ WHERE i.total > ? AND lower(c.name) LIKE ?
 ORDER BY i.total DESC LIMIT 50
 """
 
+
 def run() -> list[BenchRow]:
     params = ("paid", 10, "a%")
     uncached = SqlGate("billing_", cache_size=0)

@@ -47,7 +47,9 @@ def test_the_quoted_escape_table_matches_todays_corpus() -> None:
     rows = _escape_rows(_security_section())
     assert rows.pop("family") == ["both", "process-only"]
     total = rows.pop("**all**")
-    corpus = Counter(p.name.split("_", 1)[0] for p in PLUGINS.glob("*.py") if not p.name.startswith("_"))
+    corpus = Counter(
+        p.name.split("_", 1)[0] for p in PLUGINS.glob("*.py") if not p.name.startswith("_")
+    )
     assert set(rows) == set(corpus), "families differ: re-run make security-report"
     for family, cells in rows.items():
         assert cells == [f"{corpus[family]}/{corpus[family]}"] * 2, family

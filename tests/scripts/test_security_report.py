@@ -25,19 +25,34 @@ def sr() -> ModuleType:
 
 def _soak(flat: bool) -> dict[str, object]:
     return {
-        "seconds": 60.0, "sandboxes": 16, "calls": 1000, "denied": 10, "budget_breaches": 2,
-        "throughput_per_s": 16.6, "p50_ms": 1.5, "p99_ms": 9.0,
-        "growth": {"fds": 0, "processes": 0, "threads": 0, "rss_mb": 1.0}, "flat": flat,
+        "seconds": 60.0,
+        "sandboxes": 16,
+        "calls": 1000,
+        "denied": 10,
+        "budget_breaches": 2,
+        "throughput_per_s": 16.6,
+        "p50_ms": 1.5,
+        "p99_ms": 9.0,
+        "growth": {"fds": 0, "processes": 0, "threads": 0, "rss_mb": 1.0},
+        "flat": flat,
     }
 
 
 def test_all_contained_evidence_renders_green_with_per_family_totals(sr: ModuleType) -> None:
     report = sr.Report()
-    sr.add_escapes(report, [
-        {"family": "import", "technique": "import_os", "layer": "both", "contained": True},
-        {"family": "import", "technique": "import_os", "layer": "process-only", "contained": True},
-        {"family": "gc", "technique": "gc_walk", "layer": "both", "contained": True},
-    ])
+    sr.add_escapes(
+        report,
+        [
+            {"family": "import", "technique": "import_os", "layer": "both", "contained": True},
+            {
+                "family": "import",
+                "technique": "import_os",
+                "layer": "process-only",
+                "contained": True,
+            },
+            {"family": "gc", "technique": "gc_walk", "layer": "both", "contained": True},
+        ],
+    )
     sr.add_faults(report, [{"kind": "worker-sigkill", "injected": 5, "survived": 5}])
     sr.add_fuzz(report, {"targets": {"frames": {"executions": 900, "crashes": 0, "seconds": 5}}})
     sr.add_soak(report, _soak(flat=True))
@@ -60,14 +75,24 @@ def test_all_contained_evidence_renders_green_with_per_family_totals(sr: ModuleT
 @pytest.mark.parametrize(
     "feed, problem",
     [
-        (lambda sr, r: sr.add_escapes(r, [{"family": "x", "technique": "t", "contained": False}]),
-         "escape t"),
-        (lambda sr, r: sr.add_faults(r, [{"kind": "oom", "injected": 3, "survived": 2}]),
-         "fault oom: 1 not survived"),
-        (lambda sr, r: sr.add_fuzz(r, {"targets": {"sql": {"executions": 5, "crashes": 1}}}),
-         "fuzz sql: 1 crash"),
-        (lambda sr, r: sr.add_fuzz(r, {"targets": {"sql": {"executions": 0, "crashes": 0}}}),
-         "fuzz sql: no executions"),
+        (
+            lambda sr, r: sr.add_escapes(
+                r, [{"family": "x", "technique": "t", "contained": False}]
+            ),
+            "escape t",
+        ),
+        (
+            lambda sr, r: sr.add_faults(r, [{"kind": "oom", "injected": 3, "survived": 2}]),
+            "fault oom: 1 not survived",
+        ),
+        (
+            lambda sr, r: sr.add_fuzz(r, {"targets": {"sql": {"executions": 5, "crashes": 1}}}),
+            "fuzz sql: 1 crash",
+        ),
+        (
+            lambda sr, r: sr.add_fuzz(r, {"targets": {"sql": {"executions": 0, "crashes": 0}}}),
+            "fuzz sql: no executions",
+        ),
         (lambda sr, r: sr.add_fuzz(r, {"targets": {}}), "fuzz: no targets ran"),
         (lambda sr, r: sr.add_soak(r, _soak(flat=False)), "soak: resource growth not flat"),
     ],

@@ -224,9 +224,7 @@ class FetchRuleSet:
         self._suffix = {k: tuple(v) for k, v in suffix.items()}
         self._cache: dict[str, Allow | Deny] = {}
 
-    def _select(
-        self, host: str, is_ip: bool, port: int, http: bool
-    ) -> tuple[_Rule | None, bool]:
+    def _select(self, host: str, is_ip: bool, port: int, http: bool) -> tuple[_Rule | None, bool]:
         """The lowest-index rule granting host:port (an `http:` rule if `http`), and whether
         any rule matched host and port at all (to tell a scheme refusal from a host one)."""
         best: _Rule | None = None
