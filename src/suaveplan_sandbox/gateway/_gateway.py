@@ -221,15 +221,7 @@ class Gateway:
         `SAND_ADAPTER_FAILED`, `SAND_CANCELLED`, or a coded error the adapter raised itself.
         """
         started, cap, op, decision, call = self._admit(capability, operation, args, handler)
-        try:
-            result = await self._run(self._invoke, call)
-        except SuaveplanError as exc:
-            self._finish(cap, op, decision, started, outcome="error", code=exc.code)
-            raise
-        except Exception as exc:
-            raise self._adapter_failed(cap, op, decision, started, exc) from None
-        self._finish(cap, op, decision, started, outcome="ok", code=None)
-        return result
+        return await self._settle(cap, op, decision, started, lambda: self._run(self._invoke, call))
 
     def dispatch_sync(
         self,
@@ -309,22 +301,16 @@ class Gateway:
         call: _AdapterCall,
         rest: Awaitable[object],
     ) -> asyncio.Task[object]:
-        async def settle() -> object:
-            try:
-                if self._closed:  # closed before this task first ran
-                    if isinstance(rest, _Resumed) or inspect.iscoroutine(rest):
-                        rest.close()
-                    raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
-                result = await self._run(self._finish_awaitable, call, rest)
-            except SuaveplanError as exc:
-                self._finish(cap, op, decision, started, outcome="error", code=exc.code)
-                raise
-            except Exception as exc:
-                raise self._adapter_failed(cap, op, decision, started, exc) from None
-            self._finish(cap, op, decision, started, outcome="ok", code=None)
-            return result
+        async def finish_rest() -> object:
+            if self._closed:  # closed before this task first ran
+                if isinstance(rest, _Resumed) or inspect.iscoroutine(rest):
+                    rest.close()
+                raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
+            return await self._run(self._finish_awaitable, call, rest)
 
-        return asyncio.get_running_loop().create_task(settle())
+        return asyncio.get_running_loop().create_task(
+            self._settle(cap, op, decision, started, finish_rest)
+        )
 
     async def close(self) -> None:
         """Cancel in-flight adapter calls and drop subscriptions. Idempotent."""
@@ -379,6 +365,27 @@ class Gateway:
             self._denied(decision, cap, op, started)
         assert isinstance(decision, Allow) and call is not None
         return started, cap, op, decision, call
+
+    async def _settle(
+        self,
+        cap: str,
+        op: str,
+        decision: Allow,
+        started: float,
+        work: Callable[[], Awaitable[object]],
+    ) -> object:
+        """Run an admitted request's adapter work and write its audit row and metrics: the
+        coded error it raised, `SAND_ADAPTER_FAILED` for anything else, or ok. `work` is
+        called here, so a task cancelled before it ran leaves no never-awaited coroutine."""
+        try:
+            result = await work()
+        except SuaveplanError as exc:
+            self._finish(cap, op, decision, started, outcome="error", code=exc.code)
+            raise
+        except Exception as exc:
+            raise self._adapter_failed(cap, op, decision, started, exc) from None
+        self._finish(cap, op, decision, started, outcome="ok", code=None)
+        return result
 
     def _adapter_failed(
         self, cap: str, op: str, decision: Allow, started: float, exc: Exception
