@@ -294,9 +294,5 @@ class PostgresDb:
     async def query(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
         decision = self._gate.check_query(sql, list(params))
         if isinstance(decision, Deny):
-            raise SuaveplanError(
-                "SAND_PERM_DENIED",
-                "the SQL gate refused the statement",
-                {"capability": "db", "reason": str(decision.reason)},
-            )
+            decision.raise_for_denial()
         return await self._execute(sql, params)
