@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 from collections import deque
+from collections.abc import Callable
 from typing import NoReturn
 
 from suaveplan_sandbox.errors import SuaveplanError
@@ -79,6 +80,21 @@ def _process_probe() -> dict[str, object]:
     return out
 
 
+def _answer(chan: _Channel, call_id: int, run: Callable[..., object], *args: object) -> None:
+    """Run one call or event delivery, `run(*args)`, and send its `Result` or coded `Failure`."""
+    try:
+        value = run(*args)
+    except SuaveplanError as exc:
+        chan.send(Failure(id=call_id, error=exc.to_wire()))  # type: ignore[arg-type]
+    except MemoryError:
+        err = SuaveplanError(
+            "SAND_VM_PLUGIN_ERROR", "the plugin ran out of memory", {"type": "MemoryError"}
+        )
+        chan.send(Failure(id=call_id, error=err.to_wire()))  # type: ignore[arg-type]
+    else:
+        chan.send(Result(id=call_id, value=value))
+
+
 def serve(
     sock: socket.socket,
     compiled: CompiledBundle,
@@ -123,28 +139,8 @@ def serve(
             if process_probe and msg.name == PROBE_CALL:
                 chan.send(Result(id=msg.id, value=_process_probe()))
                 continue
-            try:
-                value = runtime.call(msg.name, msg.args, msg.kwargs)
-            except SuaveplanError as exc:
-                chan.send(Failure(id=msg.id, error=exc.to_wire()))  # type: ignore[arg-type]
-            except MemoryError:
-                err = SuaveplanError(
-                    "SAND_VM_PLUGIN_ERROR", "the plugin ran out of memory", {"type": "MemoryError"}
-                )
-                chan.send(Failure(id=msg.id, error=err.to_wire()))  # type: ignore[arg-type]
-            else:
-                chan.send(Result(id=msg.id, value=value))
+            _answer(chan, msg.id, runtime.call, msg.name, msg.args, msg.kwargs)
         elif isinstance(msg, Event):
-            try:
-                runtime.deliver(msg.subscription, msg.payload)
-            except SuaveplanError as exc:
-                chan.send(Failure(id=msg.id, error=exc.to_wire()))  # type: ignore[arg-type]
-            except MemoryError:
-                err = SuaveplanError(
-                    "SAND_VM_PLUGIN_ERROR", "the plugin ran out of memory", {"type": "MemoryError"}
-                )
-                chan.send(Failure(id=msg.id, error=err.to_wire()))  # type: ignore[arg-type]
-            else:
-                chan.send(Result(id=msg.id, value=None))
+            _answer(chan, msg.id, runtime.deliver, msg.subscription, msg.payload)
         else:
             raise SystemExit(3)  # out-of-protocol message from the host
