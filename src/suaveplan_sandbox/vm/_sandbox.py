@@ -34,14 +34,14 @@ import logging
 import os
 import signal
 import socket
-import threading
 from collections import deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, final
 
 import psutil
 
+from suaveplan_sandbox._loop_thread import LoopThread
 from suaveplan_sandbox.adapters import Adapters, StandardAdapters, open_standard_adapters
 from suaveplan_sandbox.adapters._protocols import EventHandler, QueryResult
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
@@ -79,7 +79,6 @@ from suaveplan_sandbox.vm._worker_loop import PROBE_CALL
 from suaveplan_sandbox.vm._zygote import fork_server
 
 _log = logging.getLogger("suaveplan_sandbox.vm")
-_T = TypeVar("_T")
 
 # RLIMIT_AS is virtual memory; the interpreter maps far more than it touches.
 INTERPRETER_SLACK_BYTES: Final = 512 * 1024 * 1024
@@ -769,23 +768,13 @@ class BlockingVmSandbox:
     """Blocking facade over `VmSandbox`: a private event loop runs in a daemon thread."""
 
     def __init__(self, **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("suaveplan-vm-loop")
         try:
-            self._sandbox: VmSandbox = self._run(create_vm_sandbox(**kwargs))
+            self._sandbox: VmSandbox = self._loop.run(create_vm_sandbox(**kwargs))
         except BaseException:
-            self._stop()
+            self._loop.stop()
             raise
         self._closed = False
-
-    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    def _stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
 
     @property
     def hardening(self) -> HardeningReport:
@@ -802,14 +791,14 @@ class BlockingVmSandbox:
     def call(self, name: str, *args: object, **kwargs: object) -> object:
         if self._closed:
             raise SuaveplanError("SAND_VM_DISPOSED", "the sandbox was disposed")
-        return self._run(self._sandbox.call(name, *args, **kwargs))
+        return self._loop.run(self._sandbox.call(name, *args, **kwargs))
 
     def dispose(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._run(self._sandbox.dispose())
-        self._stop()
+        self._loop.run(self._sandbox.dispose())
+        self._loop.stop()
 
     def __enter__(self) -> BlockingVmSandbox:
         return self
