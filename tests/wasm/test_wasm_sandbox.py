@@ -17,6 +17,7 @@ from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.testing._fakes import DictSecrets, FakeDb, FakeFetch
 from suaveplan_sandbox.wasm import Errno, _engine, create_wasm_sandbox
+from suaveplan_sandbox.wasm._instrument import Instrumented, instrument
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FSPROBE = FIXTURES / "fsprobe.wasm"
@@ -386,12 +387,17 @@ async def test_disk_cache_serves_a_module_the_host_compiled_earlier(
 ) -> None:
     cache = tmp_path / "cache"
     digest = hashlib.sha256(FSPROBE.read_bytes()).hexdigest()
+    # The artefact is named by the bytes that were compiled: fsprobe has memory.grow, so
+    # those are its instrumented rewrite (`_instrument`), not the file's own bytes.
+    rewritten = instrument(FSPROBE.read_bytes())
+    assert isinstance(rewritten, Instrumented)
+    compiled = hashlib.sha256(rewritten.wasm).hexdigest()
     _engine._modules.pop(digest, None)
     async with await create_wasm_sandbox(
         wasm_module_path=FSPROBE, policy=policy(root), cache_dir=cache
     ):
         pass
-    assert [p.name.startswith(digest) for p in cache.iterdir()] == [True]
+    assert [p.name.startswith(compiled) for p in cache.iterdir()] == [True]
     _engine._modules.pop(digest, None)
     before = _engine.compile_count()
     async with await create_wasm_sandbox(

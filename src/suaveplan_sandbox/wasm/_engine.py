@@ -3,8 +3,11 @@
 Theory of operation: `engine()` builds the process-wide Engine lazily with epoch interruption
 on; a daemon ticker thread bumps its epoch every `TICK_S`, so a store's epoch deadline is a
 wall-clock budget in ticks. `load_module(path)` hashes the bytes, returns the cached compiled
-module for that hash, else checks the import list (WASI version) *before* compiling further
-use, compiles, and optionally writes the serialized artefact into the host's cache dir.
+module for that hash, else rewrites the module so refused `memory.grow`s are recorded
+(`_instrument`; the original is validated first and kept when it cannot be instrumented),
+compiles the bytes that will run, and optionally writes the serialized artefact, named by
+the sha256 of those bytes, into the host's cache dir. `check_imports` checks the import
+list (WASI version) before instantiation.
 `translate(exc)` is the only place wasmtime exceptions become coded errors.
 """
 
@@ -22,6 +25,7 @@ from typing import Final
 import wasmtime
 
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.wasm._instrument import Instrumented, NotInstrumented, Skip, instrument
 
 TICK_S: Final = 0.005
 SUPPORTED_WASI: Final = "wasi_snapshot_preview1"
@@ -39,6 +43,11 @@ _modules: dict[str, wasmtime.Module] = {}
 _digests: dict[tuple[int, int, int, int, int], str] = {}
 # Modules whose imports passed `check_imports` -> whether they import WASI preview 1.
 _checked: weakref.WeakKeyDictionary[wasmtime.Module, bool] = weakref.WeakKeyDictionary()
+# Compiled module -> how its memory.grow refusals are judged: `Instrumented` (exact; the
+# module records refusals) or `NotInstrumented` (the host infers from sizes).
+_grow: weakref.WeakKeyDictionary[wasmtime.Module, Instrumented | NotInstrumented] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class _State:
@@ -48,6 +57,13 @@ class _State:
 
 def compile_count() -> int:
     return _State.compiles
+
+
+def grow_instrumentation(module: wasmtime.Module) -> Instrumented | NotInstrumented:
+    """Whether `module` (from `load_module`) records refused grows, or why it does not."""
+    with _lock:
+        found = _grow.get(module)
+    return found if found is not None else NotInstrumented(reason=Skip.REJECTED, detail="unknown")
 
 
 def engine() -> wasmtime.Engine:
@@ -150,22 +166,52 @@ def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Modul
     if cached is not None:
         return cached
     eng = engine()
+    outcome = instrument(wasm)
+    source = wasm
+    if isinstance(outcome, Instrumented):
+        # Validate what the guest sent before rewriting it: the rewrite must never turn an
+        # invalid module (one naming an index only the appended items would make valid)
+        # into a valid one.
+        try:
+            wasmtime.Module.validate(eng, wasm)
+        except wasmtime.WasmtimeError as exc:
+            raise translate(exc, during="instantiate") from exc
+        source = outcome.wasm
+    try:
+        module = _compile(eng, source, cache_dir)
+    except wasmtime.WasmtimeError as exc:
+        if source is wasm:
+            raise translate(exc, during="instantiate") from exc
+        # wasmtime refused our rewrite of a valid module (a walker bug, never the guest's):
+        # run the original, judged by inference.
+        outcome = NotInstrumented(reason=Skip.REJECTED, detail="the rewritten module")
+        try:
+            module = _compile(eng, wasm, cache_dir)
+        except wasmtime.WasmtimeError as again:  # pragma: no cover — it validated above
+            raise translate(again, during="instantiate") from again
+    with _lock:
+        module = _modules.setdefault(digest, module)
+        _grow.setdefault(module, outcome)
+        return module
+
+
+def _compile(eng: wasmtime.Engine, source: bytes, cache_dir: Path | None) -> wasmtime.Module:
+    """`source` compiled (or read back from the disk cache); raises wasmtime's error."""
     module: wasmtime.Module | None = None
-    artefact = cache_dir / (digest + _ARTEFACT_SUFFIX) if cache_dir is not None else None
+    artefact = None
+    if cache_dir is not None:
+        artefact = cache_dir / (hashlib.sha256(source).hexdigest() + _ARTEFACT_SUFFIX)
     if artefact is not None and artefact.is_file():
         # SECURITY: deserialize runs native code compiled earlier; wasmtime does not validate
         # it. We only ever read files the host itself wrote into its own cache dir (named by
-        # the sha256 of the source bytes); never point cache_dir at a location a plugin or
-        # another user can write.
+        # the sha256 of the bytes it compiled); never point cache_dir at a location a plugin
+        # or another user can write.
         try:
             module = wasmtime.Module.deserialize(eng, artefact.read_bytes())
         except (wasmtime.WasmtimeError, OSError):
             module = None
     if module is None:
-        try:
-            module = wasmtime.Module(eng, wasm)
-        except wasmtime.WasmtimeError as exc:
-            raise translate(exc, during="instantiate") from exc
+        module = wasmtime.Module(eng, source)
         with _lock:
             _State.compiles += 1
         if artefact is not None:
@@ -176,6 +222,4 @@ def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Modul
                 tmp.replace(artefact)
             except OSError:
                 pass
-    with _lock:
-        _modules.setdefault(digest, module)
-        return _modules[digest]
+    return module

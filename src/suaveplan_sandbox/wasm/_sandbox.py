@@ -61,6 +61,7 @@ from suaveplan_sandbox.permissions import (
 from suaveplan_sandbox.permissions._clock import Clock
 from suaveplan_sandbox.wasm import _engine
 from suaveplan_sandbox.wasm._cpu import CallWatch, CpuWatcher
+from suaveplan_sandbox.wasm._instrument import REFUSALS_EXPORT, REFUSED_PAGES_EXPORT, Instrumented
 
 _NO_DEADLINE: Final = 1 << 62
 _PAGE: Final = 65536
@@ -308,6 +309,14 @@ class WasmSandbox:
     ) -> None:
         self._module = module
         self._pre = _instance_pre(module)
+        grow = _engine.grow_instrumentation(module)
+        # Whether the module records refused grows (`_instrument`): the memoryMb verdict is
+        # then exact, judged against memory 0's declared maximum (pages); inferred otherwise.
+        self._grow_recorded = isinstance(grow, Instrumented)
+        self._grow_max = grow.declared_max_pages if isinstance(grow, Instrumented) else None
+        # The running instance's refusal counter (a global the rewrite exports), read at
+        # the first call.
+        self._refusals: wasmtime.Global | None = None
         self._imports_wasi = imports_wasi
         self._policy = policy
         self._gateway = gateway
@@ -556,7 +565,15 @@ class WasmSandbox:
             values = coerce_arguments(export, params, args)
             memory = exports.get("memory")
             mem = memory if isinstance(memory, wasmtime.Memory) else None
-            start_size = mem.data_len(store) if mem is not None else 0
+            if not self._grow_recorded:
+                mark = mem.data_len(store) if mem is not None else 0
+            else:
+                refusals = self._refusals
+                if refusals is None:
+                    found = exports.get(REFUSALS_EXPORT)
+                    assert isinstance(found, wasmtime.Global)
+                    refusals = self._refusals = found
+                mark = refusals.value(store)
             watch = self._arm_deadline(store)
             _current.sb = self
             self._guest_memory = mem
@@ -566,7 +583,7 @@ class WasmSandbox:
                 # Only BUDGET_EXCEEDED leaves a host import (wallClockMs while it waited).
                 raise self._end(self._import_failure(exc)) from None
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-                error = self._guest_failure(exc, store, mem, start_size, watch)
+                error = self._guest_failure(exc, store, exports, mem, mark, watch=watch)
                 if error.code == "BUDGET_EXCEEDED":
                     raise self._end(error) from exc
                 raise error from exc
@@ -595,7 +612,9 @@ class WasmSandbox:
                 )
             memory = exports.get("memory")
             mem = memory if isinstance(memory, wasmtime.Memory) else None
-            start_size = mem.data_len(store) if mem is not None else 0
+            # A fresh instance: its refusal counter starts at 0.
+            recorded = self._grow_recorded
+            mark = mem.data_len(store) if mem is not None and not recorded else 0
             watch = self._arm_deadline(store)
             code = 0
             _current.sb = self
@@ -604,13 +623,13 @@ class WasmSandbox:
                 start(store)
             except wasmtime.ExitTrap as exc:
                 code = exc.code
-                if code != 0 and self._at_memory_limit(store, mem, start_size):
+                if code != 0 and self._refused_by_memory_mb(store, exports, mem, mark):
                     error = self._budget("memoryMb", self._policy.budgets.memory_mb)
                     raise self._end(error) from exc
             except SuaveplanError as exc:
                 raise self._end(self._import_failure(exc)) from None
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-                error = self._guest_failure(exc, store, mem, start_size, watch)
+                error = self._guest_failure(exc, store, exports, mem, mark, watch=watch)
                 if error.code == "BUDGET_EXCEEDED":
                     raise self._end(error) from exc
                 raise error from exc
@@ -635,8 +654,10 @@ class WasmSandbox:
         self,
         exc: BaseException,
         store: wasmtime.Store,
+        exports: Mapping[str, object],
         mem: wasmtime.Memory | None,
-        start_size: int,
+        mark: int,
+        *,
         watch: CallWatch | None = None,
     ) -> SuaveplanError:
         if self._import_breach is not None:
@@ -649,9 +670,53 @@ class WasmSandbox:
         code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
         if code == wasmtime.TrapCode.INTERRUPT:
             return self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
-        if self._at_memory_limit(store, mem, start_size):
+        if self._refused_by_memory_mb(store, exports, mem, mark):
             return self._budget("memoryMb", self._policy.budgets.memory_mb)
         return _engine.translate(exc, during="call")
+
+    def _refused_by_memory_mb(
+        self,
+        store: wasmtime.Store,
+        exports: Mapping[str, object],
+        mem: wasmtime.Memory | None,
+        mark: int,
+    ) -> bool:
+        """Whether memoryMb refused a `memory.grow` of the guest that then failed.
+
+        `mark` is the refusal counter (instrumented module) or the exported memory's size
+        (otherwise) when the call began.
+        """
+        if self._policy.budgets.memory_mb is None:
+            return False
+        if not self._grow_recorded:
+            return self._at_memory_limit(store, mem, mark)
+        return self._recorded_refusal_exceeds_limit(store, exports, mark)
+
+    def _recorded_refusal_exceeds_limit(
+        self, store: wasmtime.Store, exports: Mapping[str, object], mark: int
+    ) -> bool:
+        """The exact verdict, from what the module's grow hook recorded (see `_instrument`).
+
+        memoryMb refused the last grow refused during this call when the size it asked for
+        exceeds the limit while the module's own declared maximum allows it (wasmtime's
+        store limiter refuses `desired > memory_size`). A request beyond the module's own
+        maximum, or one within the limit that was refused anyway, is the guest's trap.
+        """
+        limit = self._policy.budgets.memory_mb
+        refusals = exports.get(REFUSALS_EXPORT)
+        pages = exports.get(REFUSED_PAGES_EXPORT)
+        if (
+            limit is None
+            or not isinstance(refusals, wasmtime.Global)
+            or not isinstance(pages, wasmtime.Global)
+            or refusals.value(store) == mark
+        ):
+            return False
+        requested = pages.value(store)
+        declared = self._grow_max
+        if not isinstance(requested, int) or (declared is not None and requested > declared):
+            return False
+        return requested * _PAGE > limit * 1024 * 1024
 
     def _at_memory_limit(
         self, store: wasmtime.Store, mem: wasmtime.Memory | None, start_size: int
