@@ -102,7 +102,7 @@ KITCHEN_SINK_WAT: Final = r"""
 
 
 def _wasm(text: str) -> bytes:
-    return wasmtime.wat2wasm(text)
+    return bytes(wasmtime.wat2wasm(text))
 
 
 def _rewritten(wasm: bytes) -> Instrumented:
