@@ -723,9 +723,11 @@ class WasmSandbox:
     ) -> bool:
         """Whether a guest that failed (trap or non-zero exit) was refused growth by memoryMb.
 
-        wasmtime-py (checked against 50.0.1) exposes neither a resource-limiter callback nor
-        the refused delta (its C API's `wasmtime_store_limiter` only sets the limits; a
-        refused `memory.grow` just returns -1 to the guest), so the refusal is inferred from
+        The fallback for modules `_instrument` left as they are (the others record their
+        refusals: `_recorded_refusal_exceeds_limit`). wasmtime-py (checked against 50.0.1)
+        exposes neither a resource-limiter callback nor the refused delta (its C API's
+        `wasmtime_store_limiter` only sets the limits; a refused `memory.grow` just returns
+        -1 to the guest), so the refusal is inferred from
         what the public API shows: the memory's size now, its size when the call began and
         its declared maximum. It was memoryMb when the headroom under the limit is less than
         one page, or less than what the guest grew during this call (a guest growing in
