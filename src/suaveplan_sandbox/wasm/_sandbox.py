@@ -454,6 +454,7 @@ class WasmSandbox:
         self._store = None
         self._instance = None
         self._exports = None
+        self._refusals = None
         sockets, self._sockets = self._sockets, {}
         for sock in sockets.values():
             sock.close()
