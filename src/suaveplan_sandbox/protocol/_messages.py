@@ -4,10 +4,16 @@ Each message has a one-letter-free wire tag (`TYPE`) and a plain-data field list
 codec maps them to and from msgpack arrays `[tag, field, ...]`. Validation here is structural
 (types and sizes); meaning (is this id pending? may this capability be called?) is the
 host's job.
+
+Each class's rules live in one positional check function (`CHECKS`, fields in wire order):
+`__post_init__` runs it, and so does the frame decoder, which then builds the instance
+without the keyword constructor (the hot path of every call). One rule set, two entry
+points, so a decoded message is exactly one the constructor would have accepted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import ClassVar, Final
 
@@ -16,19 +22,101 @@ MAX_LOG_TEXT: Final = 64 * 1024
 LOG_LEVELS: Final = frozenset({"debug", "info", "warning", "error"})
 
 
+_ID_ERROR: Final = "id must be a non-negative int below 2**63"
+
+
 def _check_id(value: object) -> None:
     if type(value) is not int or not 0 <= value < 2**63:
-        raise ValueError("id must be a non-negative int below 2**63")
+        raise ValueError(_ID_ERROR)
+
+
+def _name_ok(value: object) -> bool:
+    return type(value) is str and 0 < len(value) <= MAX_NAME_LEN
 
 
 def _check_name(value: object, what: str) -> None:
-    if type(value) is not str or not 0 < len(value) <= MAX_NAME_LEN:
+    if not _name_ok(value):
         raise ValueError(f"{what} must be a non-empty str of at most {MAX_NAME_LEN} characters")
 
 
+def _map_ok(value: object) -> bool:
+    if type(value) is not dict:
+        return False
+    for key in value:  # noqa: SIM110 - a loop, not all(...): no generator per message
+        if type(key) is not str:
+            return False
+    return True
+
+
 def _check_map(value: object, what: str) -> None:
-    if type(value) is not dict or (value and not all(type(k) is str for k in value)):
+    if not _map_ok(value):
         raise ValueError(f"{what} must be a dict with str keys")
+
+
+# The checks below run for every frame; the hot ones test the common case inline (no call)
+# and fall back to the named checks only to raise their error.
+
+
+def _check_load(digest: object, bundle: object) -> None:
+    _check_name(digest, "digest")
+    _check_map(bundle, "bundle")
+
+
+def _check_ready(hardening: object, subscriptions: object) -> None:
+    _check_map(hardening, "hardening")
+    if type(subscriptions) is not list:
+        raise ValueError("subscriptions must be a list")
+    for topic in subscriptions:
+        _check_name(topic, "topic")
+
+
+def _check_call(id: object, name: object, args: object, kwargs: object) -> None:
+    if type(id) is not int or not 0 <= id < 2**63:
+        raise ValueError(_ID_ERROR)
+    if type(name) is not str or not 0 < len(name) <= MAX_NAME_LEN:
+        _check_name(name, "name")
+    if type(args) is not list:
+        raise ValueError("args must be a list")
+    if type(kwargs) is not dict or (kwargs and not _map_ok(kwargs)):
+        raise ValueError("kwargs must be a dict with str keys")
+
+
+def _check_reply(id: object, value: object) -> None:
+    """`Result` and `HostReply`: any plain value (msgpack produced it)."""
+    if type(id) is not int or not 0 <= id < 2**63:
+        raise ValueError(_ID_ERROR)
+
+
+def _check_error(id: object, error: object) -> None:
+    """`Failure` and `HostFailure`: an error map (`SuaveplanError.to_wire()` data)."""
+    if type(id) is not int or not 0 <= id < 2**63:
+        raise ValueError(_ID_ERROR)
+    _check_map(error, "error")
+
+
+def _check_hostcall(id: object, capability: object, operation: object, args: object) -> None:
+    if type(id) is not int or not 0 <= id < 2**63:
+        raise ValueError(_ID_ERROR)
+    if type(capability) is not str or not 0 < len(capability) <= MAX_NAME_LEN:
+        _check_name(capability, "capability")
+    if type(operation) is not str or not 0 < len(operation) <= MAX_NAME_LEN:
+        _check_name(operation, "operation")
+    if not _map_ok(args):
+        raise ValueError("args must be a dict with str keys")
+
+
+def _check_log(level: object, text: object) -> None:
+    if level not in LOG_LEVELS:
+        raise ValueError("unknown log level")
+    if type(text) is not str or len(text) > MAX_LOG_TEXT:
+        raise ValueError("log text must be a str of bounded length")
+
+
+def _check_event(id: object, topic: object, subscription: object, payload: object) -> None:
+    if type(id) is not int or not 0 <= id < 2**63:
+        raise ValueError(_ID_ERROR)
+    _check_name(topic, "topic")
+    _check_name(subscription, "subscription")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,8 +135,7 @@ class Load(Message):
     bundle: dict[str, object]
 
     def __post_init__(self) -> None:
-        _check_name(self.digest, "digest")
-        _check_map(self.bundle, "bundle")
+        _check_load(self.digest, self.bundle)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,11 +147,7 @@ class Ready(Message):
     subscriptions: list[str]
 
     def __post_init__(self) -> None:
-        _check_map(self.hardening, "hardening")
-        if type(self.subscriptions) is not list:
-            raise ValueError("subscriptions must be a list")
-        for topic in self.subscriptions:
-            _check_name(topic, "topic")
+        _check_ready(self.hardening, self.subscriptions)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,11 +161,7 @@ class Call(Message):
     kwargs: dict[str, object]
 
     def __post_init__(self) -> None:
-        _check_id(self.id)
-        _check_name(self.name, "name")
-        if type(self.args) is not list:
-            raise ValueError("args must be a list")
-        _check_map(self.kwargs, "kwargs")
+        _check_call(self.id, self.name, self.args, self.kwargs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +173,7 @@ class Result(Message):
     value: object
 
     def __post_init__(self) -> None:
-        _check_id(self.id)
+        _check_reply(self.id, self.value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,8 +185,7 @@ class Failure(Message):
     error: dict[str, object]
 
     def __post_init__(self) -> None:
-        _check_id(self.id)
-        _check_map(self.error, "error")
+        _check_error(self.id, self.error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,10 +199,7 @@ class HostCall(Message):
     args: dict[str, object]
 
     def __post_init__(self) -> None:
-        _check_id(self.id)
-        _check_name(self.capability, "capability")
-        _check_name(self.operation, "operation")
-        _check_map(self.args, "args")
+        _check_hostcall(self.id, self.capability, self.operation, self.args)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,7 +211,7 @@ class HostReply(Message):
     value: object
 
     def __post_init__(self) -> None:
-        _check_id(self.id)
+        _check_reply(self.id, self.value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,8 +223,7 @@ class HostFailure(Message):
     error: dict[str, object]
 
     def __post_init__(self) -> None:
-        _check_id(self.id)
-        _check_map(self.error, "error")
+        _check_error(self.id, self.error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,10 +235,7 @@ class Log(Message):
     text: str
 
     def __post_init__(self) -> None:
-        if self.level not in LOG_LEVELS:
-            raise ValueError("unknown log level")
-        if type(self.text) is not str or len(self.text) > MAX_LOG_TEXT:
-            raise ValueError("log text must be a str of bounded length")
+        _check_log(self.level, self.text)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,9 +254,7 @@ class Event(Message):
     payload: object
 
     def __post_init__(self) -> None:
-        _check_id(self.id)
-        _check_name(self.topic, "topic")
-        _check_name(self.subscription, "subscription")
+        _check_event(self.id, self.topic, self.subscription, self.payload)
 
 
 MESSAGE_TYPES: Final[dict[str, type[Message]]] = {
@@ -196,3 +265,17 @@ MESSAGE_TYPES: Final[dict[str, type[Message]]] = {
 FIELD_NAMES: Final[dict[type[Message], tuple[str, ...]]] = {
     cls: tuple(f.name for f in fields(cls)) for cls in MESSAGE_TYPES.values()
 }
+
+CHECKS: Final[dict[type[Message], Callable[..., None]]] = {
+    Load: _check_load,
+    Ready: _check_ready,
+    Call: _check_call,
+    Result: _check_reply,
+    Failure: _check_error,
+    HostCall: _check_hostcall,
+    HostReply: _check_reply,
+    HostFailure: _check_error,
+    Log: _check_log,
+    Event: _check_event,
+}
+"""Each class's field rules, positional in `FIELD_NAMES` order (`__post_init__` runs the same)."""
