@@ -12,6 +12,7 @@ from suaveplan_sandbox.vm._hardening._apply import (
     hardening_was_applied,
     prepare_hardening,
     probe_hardening,
+    reset_signal_to_default,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "hardening_was_applied",
     "prepare_hardening",
     "probe_hardening",
+    "reset_signal_to_default",
 ]

@@ -11,6 +11,12 @@ only: it is set only when seccomp cannot be applied (then it is the process back
 threads are blocked as well). Signals to other processes are blocked by Landlock scoped
 signals when the ABI is >= 6.
 
+Cost: a forked worker pays about 3.5 µs for every page it writes first (copy-on-write, and
+more on a VM), which makes touching Python objects, not syscalls, the price of hardening.
+So everything that is the same for every worker is built once in the fork server
+(`prepare_hardening`): the libc entry points, the seccomp program in its `sock_fprog`, the
+Landlock ruleset attribute block. The child makes one plain call per layer with them.
+
 CPU: RLIMIT_CPU counts a process's whole life, so the backstop is re-armed per call: the soft
 limit is set to the CPU used so far plus `cpu_seconds` (SIGXCPU kills the worker) and the
 hard limit stays unlimited so it can be moved. It only fires if the host's sampling watchdog
@@ -19,6 +25,9 @@ did not end the call first (host stuck or gone).
 
 from __future__ import annotations
 
+# The C signal module: `signal.signal` wraps it with enum conversions that cost a forked child
+# dozens of page faults (and an exception when the old handler is a function).
+import _signal  # type: ignore[import-not-found]  # CPython's own; no stub
 import contextlib
 import ctypes
 import errno
@@ -30,11 +39,14 @@ import resource
 import select
 import signal
 import struct
-from collections.abc import Collection, Mapping
+import sys
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Final, final
+from typing import Any, Final, final
 
 from suaveplan_sandbox.errors import SuaveplanError
+
+_NATIVE_OK: Final = sys.platform == "linux" and platform.machine() == "x86_64"
 
 LAYERS: Final = ("fds", "env", "rlimits", "no_new_privs", "landlock_fs", "landlock_net", "seccomp")
 
@@ -180,6 +192,9 @@ class HardeningPlan:
     seccomp_program: bytes | None
     seccomp_why: str
     unavailable: Mapping[str, str] = field(default_factory=dict)
+    # Built from the fields above by `prepare_hardening`; None where the kernel layers
+    # cannot be applied at all (not Linux x86_64), or in a plan built by hand.
+    native: _Native | None = field(default=None, compare=False, repr=False)
 
 
 @final
@@ -227,8 +242,62 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def _landlock_ruleset_attr(abi: int, net: bool) -> tuple[bytes, int]:
+    """`struct landlock_ruleset_attr` handling every right this ABI knows (no rule grants
+    any), and its size for this ABI."""
+    fs = (1 << 13) - 1
+    if abi >= 2:
+        fs |= 1 << 13  # REFER
+    if abi >= 3:
+        fs |= 1 << 14  # TRUNCATE
+    if abi >= 5:
+        fs |= 1 << 15  # IOCTL_DEV
+    handled_net = 0b11 if net and abi >= 4 else 0  # BIND_TCP | CONNECT_TCP
+    scoped = 0b11 if abi >= 6 else 0  # ABSTRACT_UNIX_SOCKET | SIGNAL
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    return struct.pack("=QQQ", fs, handled_net, scoped), size
+
+
+@final
+class _Native:
+    """libc entry points with their argument types, and the kernel argument blocks, made
+    once before forking. Keeps the buffers the blocks point into alive."""
+
+    __slots__ = (
+        "clearenv",
+        "landlock_attr",
+        "landlock_size",
+        "prctl",
+        "seccomp_filter",
+        "seccomp_prog",
+        "syscall",
+    )
+
+    def __init__(self, landlock: tuple[bytes, int] | None, seccomp: bytes | None) -> None:
+        libc = _libc()
+        self.syscall = libc.syscall
+        self.syscall.restype = ctypes.c_long
+        self.prctl = libc.prctl
+        self.prctl.restype = ctypes.c_int
+        self.clearenv = libc.clearenv
+        self.clearenv.restype = ctypes.c_int
+        self.landlock_attr = None if landlock is None else ctypes.create_string_buffer(landlock[0])
+        self.landlock_size = ctypes.c_size_t(0 if landlock is None else landlock[1])
+        if seccomp is None:
+            self.seccomp_filter = self.seccomp_prog = None
+        else:
+            self.seccomp_filter = ctypes.create_string_buffer(seccomp, len(seccomp))
+            self.seccomp_prog = _SockFprog(
+                len(seccomp) // 8, ctypes.cast(self.seccomp_filter, ctypes.c_void_p)
+            )
+
+
 def _landlock_abi() -> tuple[int | None, str]:
-    if platform.system() != "Linux" or platform.machine() != "x86_64":
+    if not _NATIVE_OK:
         return None, "not linux x86_64"
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
@@ -256,14 +325,18 @@ def prepare_hardening(
         if name not in LAYERS:
             raise ValueError(f"unknown hardening layer {name!r}")
     abi, why = _landlock_abi()
-    seccomp_ok = platform.system() == "Linux" and platform.machine() == "x86_64"
+    program = build_seccomp_program() if _NATIVE_OK else None
+    net = "landlock_net" not in _force_unavailable
     return HardeningPlan(
         rlimits=rlimits,
         landlock_abi=abi,
         landlock_why=why,
-        seccomp_program=build_seccomp_program() if seccomp_ok else None,
-        seccomp_why="ok" if seccomp_ok else "not linux x86_64",
+        seccomp_program=program,
+        seccomp_why="ok" if _NATIVE_OK else "not linux x86_64",
         unavailable={name: "forced unavailable (test)" for name in _force_unavailable},
+        native=_Native(None if abi is None else _landlock_ruleset_attr(abi, net), program)
+        if _NATIVE_OK
+        else None,
     )
 
 
@@ -294,29 +367,41 @@ def arm_lifeline(fd: int) -> bool:
     process exits at once. Independent of the fork server: a worker outlives its zygote.
     False where the kernel offers no such signal (not Linux): no guarantee then.
     """
-    if platform.system() != "Linux":
+    if sys.platform != "linux":
         return False
-    signal.signal(signal.SIGIO, signal.SIG_DFL)
+    _signal.signal(_SIGIO, _SIG_DFL)
     fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC | os.O_NONBLOCK)
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    if poller.poll(0):
+    if select.select((fd,), (), (), 0)[0]:
         os._exit(0)
     return True
 
 
+_SIGIO: Final = int(signal.SIGIO)
+_SIG_DFL: Final = int(signal.SIG_DFL)
+
+
+def reset_signal_to_default(signum: int) -> None:
+    """`signal.signal(signum, SIG_DFL)` without the enum wrapping (cheap in a fork)."""
+    _signal.signal(signum, _SIG_DFL)
+
+
 def _close_fds(keep: Collection[int]) -> None:
+    """Close every fd not in `keep`: one close_range(2) a gap. An empty gap is skipped:
+    CPython 3.11 turns `closerange(0, 0)` into close_range(0, UINT_MAX), which closes all."""
     low = 0
     for fd in sorted({k for k in keep if k >= 0}):
-        os.closerange(low, fd)
+        if fd > low:
+            os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 2**31 - 1)
 
 
-def _clear_env() -> None:
-    os.environ.clear()
-    if _libc().clearenv() != 0:
+def _clear_env(native: _Native | None) -> None:
+    if os.environ:  # the fork server's is empty already; clear() would raise and catch
+        os.environ.clear()
+    clearenv = native.clearenv if native is not None else _libc().clearenv
+    if clearenv() != 0:
         raise _LayerFailed("clearenv failed")
 
 
@@ -347,8 +432,9 @@ def _set_rlimit(which: int, value: int) -> None:
         raise _LayerFailed(f"setrlimit {which}: {exc}") from exc
 
 
-def _set_rlimits(r: RlimitSettings, *, nproc: bool) -> None:
+def _set_rlimits(args: tuple[RlimitSettings, bool]) -> None:
     global _cpu_backstop  # noqa: PLW0603 - per worker process
+    r, nproc = args
     inf = resource.RLIM_INFINITY
     limits = [
         (resource.RLIMIT_AS, inf if r.address_space_bytes is None else r.address_space_bytes),
@@ -372,65 +458,30 @@ def _set_rlimits(r: RlimitSettings, *, nproc: bool) -> None:
             raise _LayerFailed(f"setrlimit RLIMIT_CPU: {exc}") from exc
 
 
-def _prctl(option: int, arg2: int, arg3: int | ctypes.c_void_p = 0) -> None:
-    libc = _libc()
-    if libc.prctl(option, ctypes.c_ulong(arg2), arg3, ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-        raise _LayerFailed(f"prctl({option}): {os.strerror(ctypes.get_errno())}")
+def _no_new_privs(native: _Native | None) -> None:
+    if native is None:
+        raise _LayerFailed("prctl: not linux x86_64")
+    if native.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _LayerFailed(f"prctl({_PR_SET_NO_NEW_PRIVS}): {os.strerror(ctypes.get_errno())}")
 
 
-def _landlock(abi: int, net: bool) -> None:
-    fs = (1 << 13) - 1
-    if abi >= 2:
-        fs |= 1 << 13  # REFER
-    if abi >= 3:
-        fs |= 1 << 14  # TRUNCATE
-    if abi >= 5:
-        fs |= 1 << 15  # IOCTL_DEV
-    handled_net = 0b11 if net and abi >= 4 else 0  # BIND_TCP | CONNECT_TCP
-    scoped = 0b11 if abi >= 6 else 0  # ABSTRACT_UNIX_SOCKET | SIGNAL
-    attr = struct.pack("=QQQ", fs, handled_net, scoped)
-    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    libc = _libc()
-    libc.syscall.restype = ctypes.c_long
-    fd = int(
-        libc.syscall(
-            ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
-            buf,
-            ctypes.c_size_t(size),
-            ctypes.c_uint32(0),
-        )
-    )
+def _landlock(native: _Native | None) -> None:
+    if native is None or native.landlock_attr is None:
+        raise _LayerFailed("landlock: no ruleset prepared")
+    fd = native.syscall(_SYS_LANDLOCK_CREATE_RULESET, native.landlock_attr, native.landlock_size, 0)
     if fd < 0:
         raise _LayerFailed(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
     try:
-        rc = int(
-            libc.syscall(
-                ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)
-            )
-        )
-        if rc != 0:
+        if native.syscall(_SYS_LANDLOCK_RESTRICT_SELF, fd, 0) != 0:
             raise _LayerFailed(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(fd)
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-
-def _seccomp(program: bytes) -> None:
-    buf = ctypes.create_string_buffer(program, len(program))
-    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    libc = _libc()
-    rc = libc.prctl(
-        _PR_SET_SECCOMP,
-        ctypes.c_ulong(_SECCOMP_MODE_FILTER),
-        ctypes.byref(prog),
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-    )
-    if rc != 0:
+def _seccomp(native: _Native | None) -> None:
+    if native is None or native.seccomp_prog is None:
+        raise _LayerFailed("seccomp: no program prepared")
+    if native.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(native.seccomp_prog), 0, 0):
         raise _LayerFailed(f"seccomp: {os.strerror(ctypes.get_errno())}")
 
 
@@ -456,13 +507,16 @@ def apply_hardening(
     active: list[str] = []
     missing: dict[str, str] = {}
     abi = plan.landlock_abi
+    native = plan.native
+    unavailable = plan.unavailable
 
-    def run(name: str, unsupported: str | None, action: object) -> None:
-        why = plan.unavailable.get(name, unsupported)
+    # One layer: `unsupported` (or a forced test outage) skips it; otherwise `action(arg)`.
+    # Plain calls, no closures built per layer: every object made here costs the fork pages.
+    def run(name: str, unsupported: str | None, action: Callable[[Any], None], arg: Any) -> None:
+        why = unavailable.get(name, unsupported) if unavailable else unsupported
         if why is None:
             try:
-                assert callable(action)
-                action()
+                action(arg)
             except (_LayerFailed, OSError) as exc:
                 why = str(exc)
             else:
@@ -476,31 +530,30 @@ def apply_hardening(
             )
         missing[name] = why
 
-    run("fds", None, lambda: _close_fds(keep_fds))
-    run("env", None, _clear_env)
+    run("fds", None, _close_fds, keep_fds)
+    run("env", None, _clear_env, native)
     # With seccomp refusing fork/vfork/clone-without-CLONE_THREAD, RLIMIT_NPROC is not needed
     # for processes; left alone it does not block threads for a non-root worker.
-    seccomp_planned = plan.seccomp_program is not None and "seccomp" not in plan.unavailable
+    seccomp_planned = plan.seccomp_program is not None and "seccomp" not in unavailable
     limits = rlimits or plan.rlimits
-    run("rlimits", None, lambda: _set_rlimits(limits, nproc=not seccomp_planned))
-    run("no_new_privs", None, lambda: _prctl(_PR_SET_NO_NEW_PRIVS, 1))
-    net_ok = abi is not None and abi >= 4 and "landlock_net" not in plan.unavailable
+    run("rlimits", None, _set_rlimits, (limits, not seccomp_planned))
+    run("no_new_privs", None, _no_new_privs, native)
     if abi is None:
         fs_why: str | None = plan.landlock_why
     elif "no_new_privs" not in active:
         fs_why = "needs no_new_privs"
     else:
         fs_why = None
-    run("landlock_fs", fs_why, lambda: _landlock(abi or 0, net_ok))
+    run("landlock_fs", fs_why, _landlock, native)
     if abi is not None and abi < 4:
         net_why: str | None = f"landlock ABI {abi} < 4"
     elif "landlock_fs" not in active:
         net_why = "landlock ruleset not applied: " + missing.get("landlock_fs", plan.landlock_why)
     else:
         net_why = None  # the net rights were handled by the ruleset applied above
-    run("landlock_net", net_why, lambda: None)
+    run("landlock_net", net_why, _nothing, None)
     sec_why = plan.seccomp_why if plan.seccomp_program is None else None
-    run("seccomp", sec_why, lambda: _seccomp(plan.seccomp_program or b""))
+    run("seccomp", sec_why, _seccomp, native)
     if seccomp_planned and "seccomp" not in active and "rlimits" in active:
         # seccomp was expected but failed: fall back to RLIMIT_NPROC as the process backstop.
         try:
@@ -515,3 +568,7 @@ def apply_hardening(
                     {"layer": "rlimits", "why": str(exc)},
                 ) from None
     return HardeningReport(active=tuple(active), missing=missing, landlock_abi=abi)
+
+
+def _nothing(_: object) -> None:
+    """landlock_net: its rights were handled by the ruleset `landlock_fs` applied."""
