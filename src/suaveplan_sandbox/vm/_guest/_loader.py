@@ -1,12 +1,20 @@
-"""Host side: read a plugin (file or package), AST-check every module, check its imports."""
+"""Host side: read a plugin (file or package), AST-check every module, check its imports.
+
+The check is a pure function of the sources and their names, so a bundle that passed is
+remembered by its content digest (`_CHECKED`): creating many sandboxes of one plugin reads
+its files each time but parses and checks them once. Any change to a file changes the
+digest and is checked afresh.
+"""
 
 from __future__ import annotations
 
 import ast
 import hashlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest._policy import (
@@ -19,6 +27,11 @@ from suaveplan_sandbox.vm._guest._policy import (
 _MAX_SOURCE = 4 * 1024 * 1024
 
 _ACCEPTED_KINDS = (".py file", "package folder with __init__.py")
+# Bundles that passed the checks, by digest (which covers every name, file name, source and
+# the interpreter-layer flag); oldest dropped first past the bound.
+_CHECKED_MAX: Final = 256
+_CHECKED: dict[str, PluginBundle] = {}
+_CHECKED_LOCK: Final = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,15 +211,25 @@ def load_plugin(
             "plugin path is not a .py file or a package folder with __init__.py",
             {"file": str(path), "accepted": list(_ACCEPTED_KINDS)},
         )
-    known = {m.name for m in modules}
     layer = not _without_interpreter_layer
+    mods = tuple(modules)
+    digest = _digest(mods, layer)
+    with _CHECKED_LOCK:
+        cached = _CHECKED.get(digest)
+    if cached is not None:
+        return cached
     if layer:
+        known = {m.name for m in modules}
         for m in modules:
             check_plugin_module(m, known, top)
-    mods = tuple(modules)
-    return PluginBundle(
-        name=top, digest=_digest(mods, layer), entry=entry, modules=mods, interpreter_layer=layer
+    bundle = PluginBundle(
+        name=top, digest=digest, entry=entry, modules=mods, interpreter_layer=layer
     )
+    with _CHECKED_LOCK:
+        while len(_CHECKED) >= _CHECKED_MAX:
+            del _CHECKED[next(iter(_CHECKED))]
+        _CHECKED[digest] = bundle
+    return bundle
 
 
 def check_plugin_module(m: PluginModule, known: set[str], top: str) -> ast.Module:
