@@ -735,8 +735,9 @@ async def create_vm_sandbox(
         sb._sock = host_end
         sb._fd = host_end.fileno()
         sb._loop.add_reader(sb._fd, sb._on_readable)
-        with contextlib.suppress(psutil.Error):
-            sb._proc = psutil.Process(sb._pid)
+        if sb._sampling:  # only the CPU/RSS sampler reads it; it costs /proc reads
+            with contextlib.suppress(psutil.Error):
+                sb._proc = psutil.Process(sb._pid)
         ready = await sb._ready
         sb._hardening = HardeningReport.from_wire(ready.hardening)
         sb._subscriptions = list(ready.subscriptions)
