@@ -248,3 +248,94 @@ _URL_PIECES = st.builds(
 @given(_URL_PIECES)
 def test_generated_urls_parse_like_the_ada_wrapper(url: str) -> None:
     assert parse_url(url) == _wrapper_view(url)
+
+
+# Rules spread over exact hosts, `*.suffix` of several label counts, ports and `http:`, so the
+# inlined decision path meets every branch (scheme, port, IP, suffix walk, lowest index).
+_MODEL_RULES = [
+    "h.example:8080",
+    "*.example",
+    "http:1.2.3.4",
+    "*.b.h.example",
+    "http:*.h.example:80",
+    "[::1]",
+    "xn--bcher-kva.de",
+]
+
+
+def _model_decision(url: str) -> Allow | Deny:
+    """The decision rebuilt from the wrapper's parse and the rules' documented meaning."""
+    parsed = _wrapper_view(url)
+    if parsed is None:
+        return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
+    if parsed.scheme not in ("https", "http"):
+        return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
+    matched = False
+    for text in _MODEL_RULES:
+        http = text.startswith("http:")
+        body = text.removeprefix("http:")
+        host, port = body, None
+        if body.rpartition(":")[2].isdigit() and not body.endswith("]"):
+            host, _, port_text = body.rpartition(":")
+            port = int(port_text)
+        if port is not None and port != parsed.port:
+            continue
+        if host.startswith("*."):
+            hit = not parsed.is_ip and parsed.host.endswith(host[1:])
+        else:
+            hit = parsed.host == host
+        if hit:
+            matched = True
+            if parsed.scheme == "https" or http:
+                return Allow(rule=text, target=parsed.href)
+    reason = DenyReason.SCHEME_NOT_PERMITTED if matched else DenyReason.HOST_NOT_IN_ALLOWLIST
+    return Deny(capability="fetch", reason=reason)
+
+
+_MODEL_URLS = st.builds(
+    "{}://{}{}{}{}".format,
+    st.sampled_from(["https", "http", "HTTP", "ftp", "ws", "file"]),
+    st.sampled_from(["", "u@", "u:p@", "@", "a%40b:c@"]),
+    st.sampled_from(
+        [
+            "h.example",
+            "H.Example.",
+            "a.h.example",
+            "x.b.h.example",
+            "b.h.example",
+            "example",
+            "1.2.3.4",
+            "0x1.2.3.4",
+            "[::1]",
+            "[0:0::1]",
+            "bücher.de",
+            "a1",
+            "a.example1",
+        ]
+    ),
+    st.sampled_from(["", ":443", ":80", ":8080", ":0", ":65536"]),
+    st.sampled_from(["", "/", "/p?q#f"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_MODEL_URLS)
+def test_inlined_decision_agrees_with_a_wrapper_based_model(url: str) -> None:
+    assert FetchRuleSet(_MODEL_RULES).check(url) == _model_decision(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://1.2.3.4/", "http://0x1.2.3.4/", "http://[::ffff:1.2.3.4]/", "http://[::1]/"]
+)
+def test_an_ip_host_never_reaches_a_suffix_bucket(url: str) -> None:
+    # Rule validation already refuses `*.3.4`; the decision path must not depend on that
+    # alone. A suffix bucket planted behind the validator's back still never matches an IP.
+    rules = FetchRuleSet(["*.h.example"])
+    planted = rules._suffix["h.example"]
+    rules._suffix = {"3.4": planted, "4": planted, "2.3.4": planted, "1": planted}
+    rules._suffix_labels = frozenset({1, 2, 3})
+    rules._suffix_most = 3
+    assert rules.check(url) == Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
+    assert rules.check("https://a.3.4.example/") == Deny(
+        capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST
+    )

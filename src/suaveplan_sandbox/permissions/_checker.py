@@ -25,7 +25,7 @@ _EVENT_ACTIONS: Final = frozenset({"publish", "subscribe"})
 class PermissionChecker:
     """Checks requests against one policy on behalf of one plugin."""
 
-    __slots__ = ("_metrics", "_plugin", "_policy", "_secrets")
+    __slots__ = ("_fetch_check", "_fs_check", "_metrics", "_plugin", "_policy", "_secrets")
 
     def __init__(
         self,
@@ -38,6 +38,9 @@ class PermissionChecker:
         self._plugin = plugin if plugin is not None else policy.plugin
         self._metrics: MetricsSink = metrics if metrics is not None else InMemoryMetrics()
         self._secrets = frozenset(policy.secrets)
+        # The policy is immutable: bind its two hottest matchers once.
+        self._fs_check = policy.fs.check
+        self._fetch_check = policy.fetch.check
 
     @property
     def policy(self) -> PermissionPolicy:
@@ -68,17 +71,23 @@ class PermissionChecker:
 
     def check_fs(self, path: object, mode: object = "read") -> Allow | Deny:
         try:
-            return self._counted(self._policy.fs.check(path, mode))
+            decision = self._fs_check(path, mode)
         except Exception:  # fail closed: a matcher bug is a denial, never an escape
             _log.exception("fs check failed; denying")
             return self.deny("fs", DenyReason.INVALID_PATH)
+        if type(decision) is Allow:
+            return decision
+        return self._counted(decision)
 
     def check_fetch(self, url: object) -> Allow | Deny:
         try:
-            return self._counted(self._policy.fetch.check(url))
+            decision = self._fetch_check(url)
         except Exception:
             _log.exception("fetch check failed; denying")
             return self.deny("fetch", DenyReason.INVALID_URL)
+        if type(decision) is Allow:
+            return decision
+        return self._counted(decision)
 
     def check_connect(self, host: object, port: object) -> Allow | Deny:
         """A raw TCP connect (WASM guests' sockets), judged by the fetch host rules."""

@@ -16,7 +16,15 @@ from typing import Any, Final, final
 
 import ada_url
 
-from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
+from suaveplan_sandbox.permissions._decision import (
+    Allow,
+    Deny,
+    DenyReason,
+    _new_object,
+    _set_rule,
+    _set_target,
+    new_allow,
+)
 
 # ada's cffi module is untyped; we call its C API directly for speed.
 _ADAPTER: Final = importlib.import_module("ada_url.ada_adapter")
@@ -30,6 +38,13 @@ _DEFAULT_PORTS: Final = {"https": 443, "http": 80}
 _FORBIDDEN_HOST_CHARS: Final = frozenset("/\\?#@%*[]: \t\r\n\x00\x7f") | frozenset(
     chr(c) for c in range(0x20)
 )
+_SPECIAL_SCHEMES: Final = frozenset({"http", "https", "ws", "wss", "ftp"})
+_ada_parse: Final = _lib.ada_parse
+_ada_get_href: Final = _lib.ada_get_href
+_ada_get_components: Final = _lib.ada_get_components
+_ada_get_host_type: Final = _lib.ada_get_host_type
+_ada_free: Final = _lib.ada_free
+_unpack: Final = _ffi.unpack
 _IPV4: Final = int(ada_url.HostType.IPV4)
 _IPV6: Final = int(ada_url.HostType.IPV6)
 
@@ -64,41 +79,56 @@ def _parse_fields(url: object) -> _ParsedFields | None:
 
     The Python wrapper (`ada_url.URL`) costs more per attribute than the parse itself, so we
     take the serialised href once and slice scheme and host out of it with ada's own
-    component offsets (`ada_get_components`), and read the port from the same struct.
-    `tests/permissions/test_fetch_rules.py` checks these slices against the wrapper's
-    attributes for every URL vector and for generated URLs.
+    component offsets (`ada_get_components`), and read the port from the same struct. For an
+    invalid URL ada's href is empty (a valid one never is), which saves an `ada_is_valid`
+    call. For the special schemes the host type follows from the serialised host itself
+    (see `_is_ip_host`); other schemes ask ada. `tests/permissions/test_fetch_rules.py`
+    checks all of this against the wrapper's attributes for every URL vector and for
+    generated URLs.
     """
     if type(url) is not str:
         return None
     try:
-        raw = url.encode("utf-8")
+        raw = url.encode()
     except UnicodeEncodeError:
         return None
-    lib = _lib
-    handle = lib.ada_parse(raw, len(raw))
+    handle = _ada_parse(raw, len(raw))
     try:
-        if not lib.ada_is_valid(handle):
+        value = _ada_get_href(handle)
+        if not value.length:
             return None
-        value = lib.ada_get_href(handle)
-        href = _ffi.unpack(value.data, value.length).decode("utf-8")
-        parts = lib.ada_get_components(handle)
-        protocol_end = parts.protocol_end
+        href = _unpack(value.data, value.length).decode()
+        parts = _ada_get_components(handle)
+        scheme = href[: parts.protocol_end - 1]  # `protocol_end` counts the ":"
         host_start = parts.host_start
         host_end = parts.host_end
         port_value = parts.port
-        host_type = lib.ada_get_host_type(handle)
+        host_type = -1 if scheme in _SPECIAL_SCHEMES else _ada_get_host_type(handle)
     finally:
-        lib.ada_free(handle)
-    scheme = href[: protocol_end - 1]  # `protocol_end` counts the ":"
+        _ada_free(handle)
     # With credentials, `host_start` points at the "@" that ends them; "@" can never be part
     # of a host (it is a forbidden host code point), so dropping it is exact.
     host = href[host_start:host_end]
-    if host.startswith("@"):
+    if host[:1] == "@":
         host = host[1:]
-    if host.endswith("."):
+    if host[-1:] == ".":
         host = host[:-1]
     port = _DEFAULT_PORTS.get(scheme, 0) if port_value == _PORT_OMITTED else int(port_value)
-    return href, scheme, host, port, host_type in (_IPV4, _IPV6)
+    if host_type >= 0:
+        is_ip = host_type in (_IPV4, _IPV6)
+    else:
+        # Special schemes (WHATWG): a host whose last label is a number goes to the IPv4
+        # parser (the URL fails if that does not parse) and an IPv4 address serialises as
+        # four decimal labels; IPv6 serialises in brackets. A domain never ends in an
+        # all-decimal label, and most end in a letter, which settles it in one comparison.
+        last = host[-1:]
+        is_ip = (last == "]") or ("0" <= last <= "9" and _ends_in_decimal_label(host))
+    return href, scheme, host, port, is_ip
+
+
+def _ends_in_decimal_label(host: str) -> bool:
+    label = host.rpartition(".")[2]
+    return label.isascii() and label.isdecimal()
 
 
 def parse_url(url: object) -> ParsedUrl | None:
@@ -207,11 +237,25 @@ def _compile_rule(index: int, text: object) -> tuple[str, bool, _Rule]:
     return key, wildcard, _Rule(index, text, port, http)
 
 
+# (index, port or None, http, verbatim text): tuples keep the matching loop cheap.
+_Entry = tuple[int, int | None, bool, str]
+
+
+def _entry(rule: _Rule) -> _Entry:
+    return (rule.index, rule.port, rule.http, rule.text)
+
+
+# Denials carry no request data, so each reason needs exactly one instance.
+_DENY_INVALID: Final = Deny(capability="fetch", reason=DenyReason.INVALID_URL)
+_DENY_SCHEME: Final = Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
+_DENY_HOST: Final = Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
+
+
 @final
 class FetchRuleSet:
     """Compiled fetch rules: `check(url)` and `check_host(host, port)` for raw connects."""
 
-    __slots__ = ("_cache", "_exact", "_suffix", "rules")
+    __slots__ = ("_cache", "_exact", "_suffix", "_suffix_labels", "_suffix_most", "rules")
 
     def __init__(self, rules: Sequence[str]) -> None:
         self.rules: tuple[str, ...] = tuple(rules)
@@ -220,68 +264,120 @@ class FetchRuleSet:
         for i, text in enumerate(self.rules):
             key, wildcard, rule = _compile_rule(i, text)
             (suffix if wildcard else exact).setdefault(key, []).append(rule)
-        self._exact = {k: tuple(v) for k, v in exact.items()}
-        self._suffix = {k: tuple(v) for k, v in suffix.items()}
+        self._exact = {k: tuple(_entry(r) for r in v) for k, v in exact.items()}
+        self._suffix = {k: tuple(_entry(r) for r in v) for k, v in suffix.items()}
+        # A `*.suffix` rule matches a host with more labels than the suffix, so a host's
+        # suffixes are looked up only at the label counts some rule has, up to the largest.
+        self._suffix_labels = frozenset(k.count(".") + 1 for k in self._suffix)
+        self._suffix_most = max(self._suffix_labels, default=0)
         self._cache: dict[str, Allow | Deny] = {}
 
-    def _select(self, host: str, is_ip: bool, port: int, http: bool) -> tuple[_Rule | None, bool]:
-        """The lowest-index rule granting host:port (an `http:` rule if `http`), and whether
+    def _select(self, host: str, is_ip: bool, port: int, http: bool) -> _Entry | bool:
+        """The lowest-index rule granting host:port (an `http:` rule if `http`); else whether
         any rule matched host and port at all (to tell a scheme refusal from a host one)."""
-        best: _Rule | None = None
+        best: _Entry | None = None
         matched = False
-        bucket: tuple[_Rule, ...] | None = self._exact.get(host)
-        suffix = self._suffix
-        dot = -1 if is_ip or not suffix else host.find(".")
+        exact = self._exact
+        bucket: tuple[_Entry, ...] | None = exact.get(host) if exact else None
+        # `*.suffix` buckets: only label counts some suffix rule has are looked up, walking
+        # the host's dots from the right (`stripe.com` is the 2-label suffix).
+        counts = self._suffix_labels
+        most = 0 if is_ip else self._suffix_most
+        labels = 0
+        dot = len(host)
         while True:
             if bucket is not None:
-                for rule in bucket:
-                    if rule.port is not None and rule.port != port:
+                for entry in bucket:
+                    rule_port = entry[1]
+                    if rule_port is not None and rule_port != port:
                         continue
                     matched = True
-                    if (not http or rule.http) and (best is None or rule.index < best.index):
-                        best = rule
+                    if (not http or entry[2]) and (best is None or entry[0] < best[0]):
+                        best = entry
+                bucket = None
+            if labels >= most:
+                return matched if best is None else best
+            dot = host.rfind(".", 0, dot)
             if dot < 0:
-                return best, matched
-            bucket = suffix.get(host[dot + 1 :])
-            dot = host.find(".", dot + 1)
+                return matched if best is None else best
+            labels += 1
+            if labels in counts:
+                bucket = self._suffix.get(host[dot + 1 :])
 
     def check(self, url: object) -> Allow | Deny:
         # Decisions are a pure function of (rules, url) and immutable: memoise recent short URLs.
-        if type(url) is str:
-            hit = self._cache.get(url)
-            if hit is not None:
-                return hit
-            decision = self._decide(url)
-            if len(url) <= _CACHED_URL_CHARS:
-                if len(self._cache) >= _CACHE_ENTRIES:
-                    self._cache.clear()
-                self._cache[url] = decision
-            return decision
-        return self._decide(url)
+        if type(url) is not str:
+            return _DENY_INVALID
+        cache = self._cache
+        hit = cache.get(url)
+        if hit is not None:
+            return hit
+        decision = self._decide(url)
+        if len(url) <= _CACHED_URL_CHARS:
+            if len(cache) >= _CACHE_ENTRIES:
+                cache.clear()
+            cache[url] = decision
+        return decision
 
     def _decide(self, url: object) -> Allow | Deny:
-        fields = _parse_fields(url)
-        if fields is None:
-            return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
-        href, scheme, host, port, is_ip = fields
-        if scheme not in {"https", "http"}:
-            return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
-        best, matched = self._select(host, is_ip, port, scheme == "http")
-        if best is not None:
-            return Allow(rule=best.text, target=href)
-        if matched:
-            return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)
-        return Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
+        """`_parse_fields` specialised to what a fetch decision needs, inline: on an uncached
+        check the parse is most of the cost, and a call plus a tuple of fields would add a
+        tenth of it. Only `https:`/`http:` go on, so the host type follows from the host
+        text (see `_parse_fields`); the URL vectors pin the decisions."""
+        if type(url) is not str:
+            return _DENY_INVALID
+        try:
+            raw = url.encode()
+        except UnicodeEncodeError:
+            return _DENY_INVALID
+        handle = _ada_parse(raw, len(raw))
+        try:
+            value = _ada_get_href(handle)
+            length = value.length
+            if not length:
+                return _DENY_INVALID
+            href = _unpack(value.data, length).decode()
+            parts = _ada_get_components(handle)
+            host_start = parts.host_start
+            host_end = parts.host_end
+            port_value = parts.port
+        finally:
+            _ada_free(handle)
+        # The serialised scheme is lower-case and ends at the first ":".
+        if href[:6] == "https:":
+            http = False
+        elif href[:5] == "http:":
+            http = True
+        else:
+            return _DENY_SCHEME
+        host = href[host_start:host_end]
+        if host[:1] == "@":
+            host = host[1:]
+        last = host[-1:]
+        if last == ".":
+            host = host[:-1]
+            last = host[-1:]
+        port = (80 if http else 443) if port_value == _PORT_OMITTED else int(port_value)
+        is_ip = (last == "]") or ("0" <= last <= "9" and _ends_in_decimal_label(host))
+        best = self._select(host, is_ip, port, http)
+        if best is True:
+            return _DENY_SCHEME
+        if best is False:
+            return _DENY_HOST
+        allow: Allow = _new_object(Allow)  # `new_allow`, inline
+        _set_rule(allow, best[3])
+        _set_target(allow, href)
+        return allow
 
     def check_host(self, host: object, port: object) -> Allow | Deny:
         if type(host) is not str or type(port) is not int or not 1 <= port <= 65535:
-            return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
+            return _DENY_INVALID
         # A bare IPv6 address (as a socket API takes it) is bracketed like a URL host.
         result = _canonical(f"[{host}]" if ":" in host and not host.startswith("[") else host)
         if result is None:
-            return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
+            return _DENY_INVALID
         canonical, is_ip = result
-        best, _ = self._select(canonical, is_ip, port, http=False)
-        if best is None:
-            return Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOWLIST)
-        return Allow(rule=best.text, target=f"{canonical}:{port}")
+        best = self._select(canonical, is_ip, port, http=False)
+        if type(best) is bool:
+            return _DENY_HOST
+        return new_allow(best[3], f"{canonical}:{port}")

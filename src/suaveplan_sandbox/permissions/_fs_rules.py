@@ -14,13 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
-from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
+from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason, new_allow
 
 MAX_PATH_BYTES: Final = 4096
 MAX_SEGMENT_BYTES: Final = 255
 _WRITE_PREFIX: Final = "rw:"
 _CACHE_ENTRIES: Final = 4096
 _CACHED_PATH_CHARS: Final = 512
+_normpath: Final = posixpath.normpath
 
 
 class FsRuleError(ValueError):
@@ -61,12 +62,17 @@ def _check_limits(path: str) -> bool:
 
 def normalize_request_path(path: object) -> str | DenyReason:
     """The root-relative lexical form of `path` (`"."` for the root), or why it is refused."""
-    if type(path) is not str or not path or not _check_limits(path):
+    if type(path) is not str or not path:
+        return DenyReason.INVALID_PATH
+    # `_check_limits`, with its common case inlined (this is the uncached check's hot path).
+    if "\0" in path or not (
+        (len(path) <= MAX_SEGMENT_BYTES and path.isascii()) or _check_limits(path)
+    ):
         return DenyReason.INVALID_PATH
     # posixpath.normpath keeps leading `..` for relative input, so any climb above the root
     # (even one a later segment comes back from) shows up as a leading `..`.
-    normal = posixpath.normpath(path.lstrip("/") or ".")
-    if normal == ".." or normal.startswith("../"):
+    normal = _normpath(path.lstrip("/") or ".")
+    if normal[0] == "." and (normal == ".." or normal.startswith("../")):
         return DenyReason.PATH_NOT_IN_ALLOWLIST
     return normal
 
@@ -121,14 +127,31 @@ def _bucket_key(pattern: str) -> str:
     return literal[:slash] if slash >= 0 else "."
 
 
-# (index, fullmatch or None for exact, writable, verbatim text): tuples keep the hot loop cheap.
-_Entry = tuple[int, Callable[[str], object], bool, str]
+# Denials carry no request data, so each reason needs exactly one instance.
+_DENIALS: Final = {reason: Deny(capability="fs", reason=reason) for reason in DenyReason}
+_DENY_MODE: Final = _DENIALS[DenyReason.MODE_NOT_PERMITTED]
+_DENY_OUTSIDE: Final = _DENIALS[DenyReason.PATH_NOT_IN_ALLOWLIST]
+_DENY_INVALID: Final = _DENIALS[DenyReason.INVALID_PATH]
+
+# (index, fullmatch or None, writable, verbatim text): tuples keep the hot loop cheap. None
+# marks a `dir/*` rule (no other `*`): it lives in bucket `dir`, and the walk in `_best` only
+# visits that bucket for `dir` itself or a path below `dir/`, all of which the rule matches, so
+# it needs no regex at all. That is the commonest rule shape.
+_Entry = tuple[int, Callable[[str], object] | None, bool, str]
+
+
+def _is_subtree(pattern: str) -> bool:
+    return pattern.endswith("/*") and "*" not in pattern[:-2]
 
 
 def _entry(rule: _Rule) -> _Entry:
-    fullmatch: Callable[[str], object] = (
-        rule.regex.fullmatch if rule.regex is not None else rule.pattern.__eq__
-    )
+    fullmatch: Callable[[str], object] | None
+    if rule.regex is None:
+        fullmatch = rule.pattern.__eq__
+    elif _is_subtree(rule.pattern):
+        fullmatch = None
+    else:
+        fullmatch = rule.regex.fullmatch
     return (rule.index, fullmatch, rule.writable, rule.text)
 
 
@@ -141,6 +164,7 @@ class FsRuleSet:
         "_first_glob",
         "_globs",
         "_read_cache",
+        "_root_globs",
         "_rules",
         "_write_cache",
         "rules",
@@ -160,12 +184,16 @@ class FsRuleSet:
         self._exact = {k: tuple(_entry(r) for r in v) for k, v in exact.items()}
         self._globs = {k: tuple(_entry(r) for r in v) for k, v in globs.items()}
         # Lowest glob index: once the best match is at or below it, no other glob can win.
+        self._root_globs = "." in self._globs
         self._first_glob = min((r.index for v in globs.values() for r in v), default=-1)
+        # Decisions are a pure function of (rules, path, mode) and immutable, so a bounded
+        # memo of recent short paths per mode is safe; guests tend to touch the same few files.
         self._read_cache: dict[str, Allow | Deny] = {}
         self._write_cache: dict[str, Allow | Deny] = {}
 
-    def _best(self, target: str, write: bool) -> tuple[_Entry | None, bool]:
-        """The lowest-index rule granting `target` for the mode, and whether any rule matched."""
+    def _decide(self, target: str, write: bool) -> Allow | Deny:
+        """The decision for a normalised `target`: the lowest-index rule that matches it and
+        grants the mode wins; a match that only lacks the mode is `mode-not-permitted`."""
         best: _Entry | None = None
         matched = False
         for entry in self._exact.get(target, ()):
@@ -175,28 +203,36 @@ class FsRuleSet:
                 break
         globs = self._globs
         first = self._first_glob
-        if not globs or (best is not None and best[0] < first):
-            return best, matched
-        # Buckets at the root, at each ancestor directory and at the target itself.
-        key = "."
-        slash = -1
-        while True:
-            bucket = globs.get(key)
-            if bucket is not None:
-                for entry in bucket:
-                    if best is not None and entry[0] > best[0]:
-                        break
-                    if entry[1](target) is not None:
-                        matched = True
-                        if not write or entry[2]:
-                            best = entry
-                            if entry[0] == first:
-                                return best, matched  # nothing deeper can be lower
+        if globs and (best is None or best[0] > first):
+            # Buckets at the root, at each ancestor directory and at the target itself (the
+            # root's bucket is looked up only if there is one: most policies have none).
+            if self._root_globs:
+                key = "."
+                slash = -1
+            else:
+                slash = target.find("/")
+                key = target if slash < 0 else target[:slash]
+            while True:
+                bucket = globs.get(key)
+                if bucket is not None:
+                    for entry in bucket:
+                        if best is not None and entry[0] > best[0]:
                             break
-            if key is target or target == ".":
-                return best, matched
-            slash = target.find("/", slash + 1)
-            key = target if slash < 0 else target[:slash]
+                        fullmatch = entry[1]
+                        if fullmatch is None or fullmatch(target) is not None:
+                            matched = True
+                            if not write or entry[2]:
+                                best = entry
+                                break
+                    if best is not None and best[0] == first:
+                        break  # nothing deeper can be lower
+                if key is target or target == ".":
+                    break
+                slash = target.find("/", slash + 1)
+                key = target if slash < 0 else target[:slash]
+        if best is not None:
+            return new_allow(best[3], target)
+        return _DENY_MODE if matched else _DENY_OUTSIDE
 
     def check(self, path: object, mode: object = "read") -> Allow | Deny:
         if mode == "read":
@@ -206,31 +242,21 @@ class FsRuleSet:
             write = True
             cache = self._write_cache
         else:
-            return Deny(capability="fs", reason=DenyReason.MODE_NOT_PERMITTED)
-        # Decisions are a pure function of (rules, path, mode) and immutable, so a bounded
-        # memo of recent short paths is safe; guests tend to touch the same few files.
-        if type(path) is str:
-            hit = cache.get(path)
-            if hit is not None:
-                return hit
-            decision = self._decide(path, write)
-            if len(path) <= _CACHED_PATH_CHARS:
-                if len(cache) >= _CACHE_ENTRIES:
-                    cache.clear()
-                cache[path] = decision
-            return decision
-        return self._decide(path, write)
-
-    def _decide(self, path: object, write: bool) -> Allow | Deny:
+            return _DENY_MODE
+        if type(path) is not str:
+            return _DENY_INVALID
+        hit = cache.get(path)
+        if hit is not None:
+            return hit
         target = normalize_request_path(path)
-        if isinstance(target, DenyReason):
-            return Deny(capability="fs", reason=target)
-        best, matched = self._best(target, write)
-        if best is not None:
-            return Allow(rule=best[3], target=target)
-        if matched:
-            return Deny(capability="fs", reason=DenyReason.MODE_NOT_PERMITTED)
-        return Deny(capability="fs", reason=DenyReason.PATH_NOT_IN_ALLOWLIST)
+        decision = (
+            _DENIALS[target] if isinstance(target, DenyReason) else self._decide(target, write)
+        )
+        if len(path) <= _CACHED_PATH_CHARS:
+            if len(cache) >= _CACHE_ENTRIES:
+                cache.clear()
+            cache[path] = decision
+        return decision
 
     def preopens(self) -> tuple[Preopen, ...]:
         """One entry per rule: `dir/*` and `dir/` (an explicit directory) preopen `dir`."""
@@ -240,7 +266,7 @@ class FsRuleSet:
             directory: str | None = None
             if rule.pattern == "*":
                 directory = "."
-            elif rule.pattern.endswith("/*") and "*" not in rule.pattern[:-2]:
+            elif _is_subtree(rule.pattern):
                 directory = rule.pattern[:-2]
             elif rule.regex is None and body.endswith("/"):
                 directory = rule.pattern
