@@ -140,26 +140,25 @@ def parse_url(url: object) -> ParsedUrl | None:
     return ParsedUrl(href=href, scheme=scheme, host=host, port=port, is_ip=is_ip)
 
 
+_IPV6_TEXT_CHARS: Final = frozenset("0123456789abcdefABCDEF:.")
+
+
 def _canonical(text: str) -> tuple[str, bool] | None:
+    """(canonical host, is an IP) for a bare host, parsed as the host of an https URL."""
     if type(text) is not str or not text:
         return None
-    if text.startswith("[") and text.endswith("]"):
+    if text[0] == "[" and text[-1] == "]":
         inner = text[1:-1]
-        if not inner or any(c not in "0123456789abcdefABCDEF:." for c in inner):
+        if not inner or not _IPV6_TEXT_CHARS.issuperset(inner):
             return None
-    elif any(c in _FORBIDDEN_HOST_CHARS for c in text):
+    elif not _FORBIDDEN_HOST_CHARS.isdisjoint(text):
         return None
-    try:
-        url = ada_url.URL("https://" + text + "/")
-    except ValueError:
+    # With no delimiter or credential character left in `text`, the URL's host is `text`
+    # itself, canonicalised (IDNA, IPv4 notations, case, trailing dot) and nothing else.
+    fields = _parse_fields("https://" + text + "/")
+    if fields is None or not fields[2]:
         return None
-    host = url.hostname
-    if host.endswith("."):
-        host = host[:-1]
-    if not host:
-        return None
-    host_type = url.host_type
-    return host, host_type in (_IPV4, _IPV6)
+    return fields[2], fields[4]
 
 
 def canonical_host(text: str) -> str | None:

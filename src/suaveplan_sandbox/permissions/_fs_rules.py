@@ -84,7 +84,14 @@ class _Rule:
     text: str
     pattern: str  # normalised, root-relative ("." for the root)
     writable: bool
-    regex: re.Pattern[str] | None  # None: exact match on `pattern`
+    glob: bool  # `pattern` has a `*`; otherwise the rule is an exact match on it
+    # The glob's full-match regex; None for exact rules and for `dir/*` subtrees, which need
+    # none (see `_entry`). Skipping `re.compile` for them keeps large policies cheap to build.
+    regex: re.Pattern[str] | None
+
+
+def _is_subtree(pattern: str) -> bool:
+    return pattern.endswith("/*") and "*" not in pattern[:-2]
 
 
 def _compile_rule(index: int, text: object) -> _Rule:
@@ -107,15 +114,17 @@ def _compile_rule(index: int, text: object) -> _Rule:
         raise FsRuleError(index, "rule has a segment longer than 255 bytes")
     pattern = "/".join(segments) or "."
     if "*" not in pattern:
-        return _Rule(index, text, pattern, writable, None)
+        return _Rule(index, text, pattern, writable, False, None)
+    if _is_subtree(pattern):
+        return _Rule(index, text, pattern, writable, True, None)
     parts = [re.escape(p) for p in pattern.split("*")]
     source = ".*".join(parts)
     if pattern == "*":
         source = r"(?:\.|.*)"  # `./*` grants the root itself too
     elif pattern.endswith("/*"):
-        # `dir/*` grants `dir` itself as well as everything beneath it.
+        # `a*/*` grants the directories `a*` match as well as everything beneath them.
         source = ".*".join(parts[:-1])[: -len(re.escape("/"))] + r"(?:/.*)?"
-    return _Rule(index, text, pattern, writable, re.compile(source, re.DOTALL))
+    return _Rule(index, text, pattern, writable, True, re.compile(source, re.DOTALL))
 
 
 def _bucket_key(pattern: str) -> str:
@@ -140,16 +149,12 @@ _DENY_INVALID: Final = _DENIALS[DenyReason.INVALID_PATH]
 _Entry = tuple[int, Callable[[str], object] | None, bool, str]
 
 
-def _is_subtree(pattern: str) -> bool:
-    return pattern.endswith("/*") and "*" not in pattern[:-2]
-
-
 def _entry(rule: _Rule) -> _Entry:
     fullmatch: Callable[[str], object] | None
-    if rule.regex is None:
+    if not rule.glob:
         fullmatch = rule.pattern.__eq__
-    elif _is_subtree(rule.pattern):
-        fullmatch = None
+    elif rule.regex is None:
+        fullmatch = None  # a `dir/*` subtree
     else:
         fullmatch = rule.regex.fullmatch
     return (rule.index, fullmatch, rule.writable, rule.text)
@@ -177,7 +182,7 @@ class FsRuleSet:
         exact: dict[str, list[_Rule]] = {}
         globs: dict[str, list[_Rule]] = {}
         for rule in compiled:
-            if rule.regex is None:
+            if not rule.glob:
                 exact.setdefault(rule.pattern, []).append(rule)
             else:
                 globs.setdefault(_bucket_key(rule.pattern), []).append(rule)
@@ -268,7 +273,7 @@ class FsRuleSet:
                 directory = "."
             elif _is_subtree(rule.pattern):
                 directory = rule.pattern[:-2]
-            elif rule.regex is None and body.endswith("/"):
+            elif not rule.glob and body.endswith("/"):
                 directory = rule.pattern
             out.append(
                 Preopen(
