@@ -65,6 +65,9 @@ from suaveplan_sandbox.wasm._instrument import REFUSALS_EXPORT, REFUSED_PAGES_EX
 
 _NO_DEADLINE: Final = 1 << 62
 _PAGE: Final = 65536
+# Under memoryMb: how many tables a store may create, and wasmtime's size of one element.
+MAX_TABLES: Final = 4
+_TABLE_ELEMENT_BYTES: Final = 8
 _I32: Final = wasmtime.ValType.i32()
 # The most recent denials a handle keeps (`WasmSandbox.denials`); `denials_total` counts all.
 MAX_DENIALS: Final = 256
@@ -187,6 +190,26 @@ class RunResult:
     exit_code: int
     stdout: bytes
     stderr: bytes
+
+
+def memory_limits(memory_mb: int) -> dict[str, int]:
+    """wasmtime store limits that hold the guest to `memory_mb` MiB of memory and as much again
+    of tables.
+
+    wasmtime's `memory_size` and `table_elements` bound *each* memory and table, and a store
+    may by default create 10,000 of each: without a count, a multi-memory module could take
+    `memory_mb` per memory and a `(table 50000000 funcref)` 400 MB, both under a 16 MiB
+    budget. So one linear memory (a module declaring more fails to instantiate), at most
+    `MAX_TABLES` tables, and elements (8 bytes each, wasmtime's figure) that together fit in
+    `memory_mb`.
+    """
+    size = memory_mb * 1024 * 1024
+    return {
+        "memory_size": size,
+        "memories": 1,
+        "tables": MAX_TABLES,
+        "table_elements": max(1, size // _TABLE_ELEMENT_BYTES // MAX_TABLES),
+    }
 
 
 def _rule_directory(rule: str) -> tuple[str | None, bool]:
@@ -505,7 +528,7 @@ class WasmSandbox:
             store.set_wasi(wasi)
         limit = self._policy.budgets.memory_mb
         if limit is not None:
-            store.set_limits(memory_size=limit * 1024 * 1024)
+            store.set_limits(**memory_limits(limit))
         store.set_epoch_deadline(_NO_DEADLINE)
         if self._cpu is not None:
             self._cpu.install(store)
