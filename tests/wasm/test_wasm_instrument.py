@@ -247,6 +247,19 @@ def test_every_truncation_of_a_module_is_left_alone_or_rewritten_validly() -> No
             Skip.UNSUPPORTED,
             id="memory64",
         ),
+        # A shared memory (threads): another thread could grow it between the hook's grow
+        # and its memory.size, and wasmtime grows shared memories outside the limiter.
+        pytest.param(
+            _module(_TYPES, _FUNCS, (5, b"\x01\x03\x01\x10"), _code(_GROW_BODY)),
+            Skip.UNSUPPORTED,
+            id="shared-memory",
+        ),
+        # A shared memory that is not memory 0 is refused just the same.
+        pytest.param(
+            _module(_TYPES, _FUNCS, (5, b"\x02\x00\x01\x03\x01\x10"), _code(_GROW_BODY)),
+            Skip.UNSUPPORTED,
+            id="shared-memory-1",
+        ),
         # A GC rec group in the type section (type indices would not be entry indices).
         pytest.param(
             _module((1, b"\x01\x4e\x01\x60\x00\x00"), _FUNCS, _MEMORY, _code(_GROW_BODY)),
@@ -512,6 +525,62 @@ def test_the_hook_records_each_refusal_and_the_size_asked_for() -> None:
     assert (refusals.value(store), pages.value(store)) == (2, 4 + 2**32 - 1)
 
 
+# Guests that name the items the rewrite appends, to forge or hide the refusal record: each
+# names an index only the rewrite would make valid. Indices: one imported global (0) and one
+# defined (1), so the counters would be 2 and 3; one imported function (0) and `g` (1), so
+# the hook would be function 2.
+_FORGERY_HEAD: Final = """(module
+  (import "h" "f" (func (param i32) (result i32)))
+  (import "h" "gl" (global i32))
+  (global (mut i32) (i32.const 0))
+  (memory 1)
+  (table 1 funcref)
+  (func (export "g") (result i32)
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "rewrite_valid"),
+    [
+        pytest.param("(global.set 2 (i64.const 0))", True, id="zero-the-refusal-counter"),
+        pytest.param("(global.set 3 (i64.const 1))", True, id="write-the-requested-pages"),
+        pytest.param("(drop (global.get 2))", True, id="read-the-refusal-counter"),
+        pytest.param("(drop (call 2 (i32.const 1)))", True, id="call-the-hook"),
+        # ref.func also needs the function declared in an element segment, which ours is not.
+        pytest.param("(table.set (i32.const 0) (ref.func 2))", False, id="ref-func-the-hook"),
+    ],
+)
+def test_a_guest_naming_the_appended_items_is_refused_not_rewritten_into_validity(
+    body: str, rewrite_valid: bool
+) -> None:
+    text = _FORGERY_HEAD + f"    {body}\n    (memory.grow (i32.const 1))))"
+    wasm = _wasm(text)
+    assert not _valid(wasm)
+    assert _valid(_rewritten(wasm).wasm) is rewrite_valid  # what validating first prevents
+    with pytest.raises(SuaveplanError) as info:
+        _engine.load_module(wasm)
+    assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+    assert isinstance(info.value.__cause__, wasmtime.WasmtimeError)  # wasmtime's own reason
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param('(export "x" (global 2))', id="export-the-counter"),
+        pytest.param("(elem (i32.const 0) func 2)", id="element-names-the-hook"),
+        pytest.param("(start 2)", id="start-is-the-hook"),
+    ],
+)
+def test_sections_naming_the_appended_items_are_refused_too(extra: str) -> None:
+    text = _FORGERY_HEAD + f"    (memory.grow (i32.const 1)))\n  {extra})"
+    wasm = _wasm(text)
+    assert not _valid(wasm)
+    with pytest.raises(SuaveplanError) as info:
+        _engine.load_module(wasm)
+    assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+    assert isinstance(info.value.__cause__, wasmtime.WasmtimeError)
+
+
 def test_an_invalid_module_is_not_made_valid_by_the_rewrite() -> None:
     # `global.set 0` names a global the module does not have, but the rewrite appends one.
     text = '(module (memory 1) (func (export "g") (global.set 0 (i64.const 5))'
@@ -521,3 +590,72 @@ def test_an_invalid_module_is_not_made_valid_by_the_rewrite() -> None:
     with pytest.raises(SuaveplanError) as info:
         _engine.load_module(wasm)
     assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+    assert isinstance(info.value.__cause__, wasmtime.WasmtimeError)
+
+
+# Every index space the rewrite touches, with items before ours in each: imported functions
+# and globals, a start function that grows, a passive data segment (data count section +
+# memory.init), a declared `ref.func` called through a table, a name section naming them.
+INDEX_SPACES_WAT: Final = r"""
+(module $spaces
+  (import "h" "add" (func $add (param i32 i32) (result i32)))
+  (import "h" "base" (global $base i32))
+  (global $started (mut i32) (i32.const 0))
+  (global $k i64 (i64.const 42))
+  (memory (export "memory") 1)
+  (table $t 2 funcref)
+  (elem declare func $twice)
+  (data $msg "\40\00grown")
+  (func $twice (param i32) (result i32) (i32.mul (local.get 0) (i32.const 2)))
+  (func $init
+    (global.set $started (memory.grow (i32.const 1)))
+    (memory.init $msg (i32.const 100) (i32.const 0) (i32.const 7)))
+  (start $init)
+  (func (export "run") (param $n i32) (result i64)
+    (table.set $t (i32.const 1) (ref.func $twice))
+    (i64.add
+      (i64.add (global.get $k) (i64.extend_i32_u (global.get $started)))
+      (i64.add
+        (i64.extend_i32_u (call $add (global.get $base)
+          (call_indirect $t (param i32) (result i32) (local.get $n) (i32.const 1))))
+        (i64.add (i64.load8_u offset=102 (i32.const 0))
+          (i64.extend_i32_s (memory.grow (local.get $n)))))))
+  (func (export "size") (result i32) (memory.size)))
+"""
+
+
+def test_items_before_ours_in_every_index_space_keep_their_indices() -> None:
+    wasm = _wasm(INDEX_SPACES_WAT)
+    out = _rewritten(wasm)
+    assert out.grows == 2
+    eng = _engine.engine()
+
+    def run(source: bytes, limit_mb: int) -> tuple[list[Outcome], int | None]:
+        store = _store(limit_mb)
+        module = wasmtime.Module(eng, source)
+        add = wasmtime.Func(
+            store,
+            wasmtime.FuncType([wasmtime.ValType.i32()] * 2, [wasmtime.ValType.i32()]),
+            lambda a, b: a + b,
+        )
+        base = wasmtime.Global(
+            store, wasmtime.GlobalType(wasmtime.ValType.i32(), False), wasmtime.Val.i32(1000)
+        )
+        instance = wasmtime.Instance(store, module, [add, base])
+        exports = instance.exports(store)
+        seen: list[Outcome] = []
+        for n in (3, 40, 1):
+            run_ = exports["run"]
+            size = exports["size"]
+            assert isinstance(run_, wasmtime.Func) and isinstance(size, wasmtime.Func)
+            seen.append((run_(store, n), size(store)))
+        counter = exports.get(REFUSALS_EXPORT) if source is not wasm else None
+        return seen, counter.value(store) if isinstance(counter, wasmtime.Global) else None
+
+    original, _ = run(wasm, limit_mb=2)
+    rewritten, refused = run(out.wasm, limit_mb=2)
+    assert rewritten == original
+    # run(3): 42 + 1 (start grew from 1 page) + 1000 + 6 + 'g' (0x67) + 2 (size before)
+    assert original[0] == (42 + 1 + 1000 + 6 + 0x67 + 2, 5)
+    assert original[1][0] == 42 + 1 + 1000 + 80 + 0x67 - 1  # 40 more pages: refused
+    assert refused == 1

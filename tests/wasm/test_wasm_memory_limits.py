@@ -87,3 +87,20 @@ def test_tables_together_fit_in_memory_mb() -> None:
         assert limits["memories"] == 1
         assert limits["memory_size"] == memory_mb * 1024 * 1024
         assert limits["tables"] * limits["table_elements"] * 8 <= limits["memory_size"]
+
+
+async def test_a_shared_memory_is_refused_because_it_would_grow_outside_the_limits(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    # wasmtime grows a shared memory without asking the store's limiter: with shared memory
+    # enabled, this module grows to 201 pages under a 2 MiB budget. The engine keeps it off.
+    path = wat(
+        '(module (memory (export "memory") 1 65536 shared)'
+        ' (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0))))'
+    )
+    for memory_mb in (2, None):
+        budgets = {} if memory_mb is None else {"memoryMb": memory_mb}
+        with pytest.raises(SuaveplanError) as info:
+            await create_wasm_sandbox(wasm_module_path=path, policy=policy(root, **budgets))
+        assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+        assert "shared memory" in str(info.value.__cause__)

@@ -18,10 +18,10 @@ it reads is attacker bytes, so each read is bounds-checked, LEB128 numbers are a
 the walk is a flat loop (block nesting is not tracked, so no recursion). Anything it does not
 know — an opcode outside MVP, sign-extension, non-trapping conversions, bulk memory,
 reference types, SIMD (with relaxed SIMD), multi-value and tail calls; GC or exception
-types; memory64; custom page sizes; a `memory.grow` of another memory; an export already
-named like ours — is not guessed at: the module stays as it is and the host keeps inferring
-the verdict from sizes (`docs/wasm-abi.md`, Budgets). A module without `memory.grow` needs
-no rewrite.
+types; memory64; shared memories; custom page sizes; a `memory.grow` of another memory; an
+export already named like ours — is not guessed at: the module stays as it is and the host
+keeps inferring the verdict from sizes (`docs/wasm-abi.md`, Budgets). A module without
+`memory.grow` needs no rewrite.
 
 Why our own walker: the maintained pure-Python decoders on PyPI (`pywasm`, an interpreter;
 `wasm-tools`, a triage/report tool; `wasm`/`wasm-tob`, MVP-only and unmaintained since
@@ -172,10 +172,11 @@ class _Reader:
 
     def limits(self, *, memory: bool) -> tuple[int, int | None]:
         flags = self.byte()
-        # 0x02/0x03: shared (threads); 0x04+: 64-bit; 0x08: custom page size.
-        allowed = (0x00, 0x01, 0x03) if memory else (0x00, 0x01)
-        if flags not in allowed:
-            raise _unsupported(f"limits flags {flags:#x}")
+        # 0x02/0x03: shared (threads: another thread could grow it between the hook's grow
+        # and its memory.size, and wasmtime grows shared memories outside the store's
+        # limiter); 0x04+: 64-bit; 0x08: custom page size. None is guessed at.
+        if flags not in (0x00, 0x01):
+            raise _unsupported(f"{'memory' if memory else 'table'} limits flags {flags:#x}")
         minimum = self.u32()
         maximum = self.u32() if flags & 1 else None
         return minimum, maximum
