@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -64,6 +66,30 @@ def _sockets_open() -> int:
 
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+# Every socket object this process creates raises the `socket.__new__` audit event (also one
+# made and closed within a call, which a before/after fd count cannot see). An audit hook
+# cannot be removed, so one hook counts while `_SOCKETS_MADE` is armed.
+_SOCKETS_MADE: list[int] = []
+
+
+def _count_sockets(event: str, _args: tuple[object, ...]) -> None:
+    if event == "socket.__new__" and _SOCKETS_MADE:
+        _SOCKETS_MADE[0] += 1
+
+
+sys.addaudithook(_count_sockets)
+
+
+@contextlib.contextmanager
+def _sockets_made() -> Iterator[list[int]]:
+    """While the block runs, `made[0]` counts socket objects created in this process."""
+    _SOCKETS_MADE[:] = [0]
+    try:
+        yield _SOCKETS_MADE
+    finally:
+        _SOCKETS_MADE.clear()
 
 
 # -- WASI snapshot from policy -------------------------------------------------------------
@@ -246,7 +272,10 @@ async def test_denied_connect_opens_no_socket_and_is_reported(
         metrics=metrics,
     ) as sb:
         before = _sockets_open()
-        assert await sb.call("connect", 64, 16) == Errno.ACCES
+        with _sockets_made() as made:
+            assert await sb.call("connect", 64, 16) == Errno.ACCES
+            denied_made = made[0]
+        assert denied_made == 0  # not even one created and closed again
         assert _sockets_open() == before
         assert fetch.connects == []
         assert [d.code for d in sb.denials] == ["SAND_WASM_OUTBOUND_DENIED"]
@@ -259,7 +288,10 @@ async def test_denied_connect_opens_no_socket_and_is_reported(
             )
             == 1
         )
-        assert await sb.call("connect", 32, 14) == Errno.SUCCESS
+        with _sockets_made() as made:
+            assert await sb.call("connect", 32, 14) == Errno.SUCCESS
+            allowed_made = made[0]
+        assert allowed_made >= 1  # the count does see the adapter's socket
         assert fetch.connects == [("api.stripe.com", 443)]
         assert await sb.call("load", 520) == 3
     fetch.close()
