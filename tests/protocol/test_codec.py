@@ -24,7 +24,9 @@ from suaveplan_sandbox.protocol import (
     Ready,
     Result,
     encode,
+    encode_fields,
 )
+from suaveplan_sandbox.protocol._messages import FIELD_NAMES
 
 plain = st.recursive(
     st.none()
@@ -173,3 +175,88 @@ def test_partial_frame_needs_data() -> None:
     assert decoder.next_message() is NEED_DATA
     decoder.receive_data(data[-1:])
     assert decoder.next_message() == Result(id=7, value=[1, 2])
+
+
+@pytest.mark.parametrize("size", [10, 64 * 1024 - 16, 64 * 1024 + 16, 200_000])
+def test_bytes_after_the_message_inside_a_body_are_undecodable(size: int) -> None:
+    # Small bodies go through the decoder's streaming unpacker, large ones through unpackb:
+    # both must refuse a body holding more than one object.
+    one: bytes = msgpack.packb(["hostreply", 1, b"x" * size], use_bin_type=True)
+    body = one + msgpack.packb(None)
+    decoder = FrameDecoder()
+    decoder.receive_data(len(body).to_bytes(4, "big") + body)
+    with pytest.raises(ProtocolError) as info:
+        decoder.next_message()
+    assert info.value.details["reason"] == "undecodable"
+
+
+def test_a_body_that_stops_inside_its_message_is_undecodable() -> None:
+    body: bytes = msgpack.packb(["hostreply", 1, b"xyz"], use_bin_type=True)[:-1]
+    decoder = FrameDecoder()
+    decoder.receive_data(len(body).to_bytes(4, "big") + body)
+    with pytest.raises(ProtocolError) as info:
+        decoder.next_message()
+    assert info.value.details["reason"] == "undecodable"
+
+
+def test_small_and_large_frames_interleave_over_a_long_stream() -> None:
+    msgs = [HostReply(id=i, value=b"y" * (100_000 if i % 7 == 0 else i)) for i in range(1, 300)]
+    decoder = FrameDecoder()
+    out: list[Message] = []
+    for msg in msgs:
+        decoder.receive_data(encode(msg))
+        out.extend(drain(decoder))
+    assert out == msgs
+
+
+# `encode_fields` is `encode(cls(...))` without the message object: the same bytes for what
+# the constructor accepts, the same refusal for what it refuses.
+@given(messages)
+def test_encode_fields_gives_the_same_bytes_as_encoding_the_message(msg: Message) -> None:
+    fields = [getattr(msg, name) for name in FIELD_NAMES[type(msg)]]
+    assert encode_fields(type(msg), *fields) == encode(msg)
+
+
+@pytest.mark.parametrize(
+    ("cls", "fields"),
+    [
+        (Call, (True, "f", [], {})),
+        (Call, (1, "", [], {})),
+        (Call, (1, "f" * 257, [], {})),
+        (Call, (1, "f", (), {})),
+        (Call, (1, "f", [], {1: 2})),
+        (Result, (-1, None)),
+        (Result, (2**63, None)),
+        (HostCall, (1, "fs", "", {})),
+    ],
+)
+def test_encode_fields_refuses_what_the_constructor_refuses(
+    cls: type[Message], fields: tuple[object, ...]
+) -> None:
+    with pytest.raises(ValueError) as by_constructor:
+        cls(**dict(zip(FIELD_NAMES[cls], fields, strict=True)))
+    with pytest.raises(ValueError) as by_fields:
+        encode_fields(cls, *fields)
+    assert str(by_fields.value) == str(by_constructor.value)
+
+
+def test_encode_fields_with_a_wrong_field_count_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        encode_fields(Result, 1)
+    with pytest.raises(TypeError):
+        encode_fields(Result, 1, None, None)
+
+
+def test_encode_fields_applies_the_limits_of_encode() -> None:
+    with pytest.raises(ProtocolError) as info:
+        encode_fields(Result, 1, "x" * 100, max_frame_bytes=50)
+    assert info.value.details["reason"] == "frame-too-large"
+    with pytest.raises(ProtocolError) as info:
+        encode_fields(Result, 1, object())
+    assert info.value.details["reason"] == "unencodable"
+
+
+def test_encode_fields_refuses_a_class_outside_the_protocol() -> None:
+    with pytest.raises(ProtocolError) as info:
+        encode_fields(Message)
+    assert info.value.details["reason"] == "unknown-message-type"

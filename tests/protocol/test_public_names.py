@@ -22,4 +22,5 @@ def test_protocol_exports_are_pinned() -> None:
         "Ready",
         "Result",
         "encode",
+        "encode_fields",
     }

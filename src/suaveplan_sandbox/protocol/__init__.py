@@ -6,6 +6,7 @@ from suaveplan_sandbox.protocol._codec import (
     FrameDecoder,
     ProtocolError,
     encode,
+    encode_fields,
 )
 from suaveplan_sandbox.protocol._messages import (
     MESSAGE_TYPES,
@@ -40,4 +41,5 @@ __all__ = [
     "Ready",
     "Result",
     "encode",
+    "encode_fields",
 ]

@@ -37,11 +37,6 @@ from suaveplan_sandbox.protocol._messages import (
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 _PREFIX: Final = 4
 _LENGTH: Final = struct.Struct(">I")
-# A Packer per thread: building one per frame is most of a small frame's encoding cost, and a
-# Packer is not thread-safe (hosts run blocking facades on their own threads).
-_packers = threading.local()
-
-
 # `msg` -> `[tag, *fields]`, the list msgpack packs, in `FIELD_NAMES` order (a test holds
 # them to it). Spelled out per class: a literal list costs half of any attrgetter form.
 _LISTERS: Final[dict[type[Message], Callable[[Any], list[object]]]] = {
@@ -77,18 +72,21 @@ class ProtocolError(SuaveplanError):
         )
 
 
-def encode(msg: Message, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
-    """The frame bytes for `msg`; raises `ProtocolError` if it cannot be encoded or is too big."""
-    lister = _LISTERS.get(type(msg))
-    if lister is None:
-        raise ProtocolError("unknown-message-type")
-    payload = lister(msg)
-    packer: msgpack.Packer | None = getattr(_packers, "packer", None)
-    if packer is None:
-        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+class _Packers(threading.local):
+    """A Packer per thread: building one per frame is most of a small frame's encoding cost,
+    and a Packer is not thread-safe (hosts run blocking facades on their own threads)."""
+
+    def __init__(self) -> None:
+        self.packer = msgpack.Packer(use_bin_type=True)
+
+
+_packers = _Packers()
+
+
+def _frame(payload: list[object], max_frame_bytes: int) -> bytes:
     try:
         # On error the Packer discards what it had written, so it stays reusable.
-        body: bytes = packer.pack(payload)
+        body: bytes = _packers.packer.pack(payload)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError("unencodable", exc) from exc
     if len(body) > max_frame_bytes:
@@ -96,14 +94,44 @@ def encode(msg: Message, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> b
     return _LENGTH.pack(len(body)) + body
 
 
+def encode(msg: Message, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+    """The frame bytes for `msg`; raises `ProtocolError` if it cannot be encoded or is too big."""
+    lister = _LISTERS.get(type(msg))
+    if lister is None:
+        raise ProtocolError("unknown-message-type")
+    return _frame(lister(msg), max_frame_bytes)
+
+
+def encode_fields(
+    cls: type[Message], *fields: object, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+) -> bytes:
+    """`encode(cls(...))` for the fields given positionally in wire order, without building
+    the message: the same bytes, after the same field rules (`CHECKS[cls]`, so a field the
+    constructor refuses raises its `ValueError`/`TypeError` here too). For the hot paths,
+    where the message object would be built only to be encoded."""
+    spec = _FIELD_ENCODERS.get(cls)
+    if spec is None:
+        raise ProtocolError("unknown-message-type")
+    tag, count, check = spec
+    if len(fields) != count:
+        raise TypeError(f"{cls.__name__} takes {count} fields, got {len(fields)}")
+    check(*fields)
+    return _frame([tag, *fields], max_frame_bytes)
+
+
 def _no_ext(code: int, data: bytes) -> object:
     raise ValueError("ext types are not allowed")
+
+
+# Bodies up to this size go through the decoder's own streaming Unpacker, whose buffer is
+# never asked to hold more; larger ones through `unpackb`, so no decoder keeps a big buffer.
+_SMALL_BODY: Final = 64 * 1024
 
 
 class FrameDecoder:
     """Incremental decoder for frames from an untrusted peer."""
 
-    __slots__ = ("_broken", "_buf", "_max", "_unpack_options")
+    __slots__ = ("_broken", "_buf", "_fed", "_max", "_unpack_options", "_unpacker")
 
     def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes <= 0:
@@ -121,6 +149,13 @@ class FrameDecoder:
             "max_map_len": limit,
             "max_ext_len": 0,
         }
+        # A reused Unpacker costs half of `unpackb`'s per-call option parsing. It is fed one
+        # whole body at a time; `_fed` counts what it was fed, so `tell()` shows trailing
+        # bytes (`unpackb` would raise ExtraData for them).
+        self._unpacker = msgpack.Unpacker(
+            **self._unpack_options, read_size=_SMALL_BODY, max_buffer_size=_SMALL_BODY
+        )
+        self._fed = 0
         self._buf = bytearray()
         self._broken = False
 
@@ -149,35 +184,41 @@ class FrameDecoder:
         end = _PREFIX + size
         if have < end:
             return NEED_DATA
+        # One copy of the body (msgpack reads any buffer); the usual case, one whole frame
+        # buffered, then empties the buffer without moving anything.
+        body = buf[_PREFIX:end]
+        if have == end:
+            buf.clear()
+        else:
+            del buf[:end]
         try:
-            # One copy of the body (msgpack reads any buffer); the usual case, one whole frame
-            # buffered, then empties the buffer without moving anything.
-            body = buf[_PREFIX:end]
-            if have == end:
-                buf.clear()
+            if size <= _SMALL_BODY:
+                unpacker = self._unpacker
+                unpacker.feed(body)
+                self._fed += size
+                raw = unpacker.unpack()
+                if unpacker.tell() != self._fed:
+                    raise ValueError("extra data after the message")
             else:
-                del buf[:end]
-            return self._parse(body)
-        except ProtocolError:
-            self._broken = True
-            raise
-
-    def _parse(self, body: bytearray) -> Message:
-        try:
-            raw = msgpack.unpackb(body, **self._unpack_options)
+                raw = msgpack.unpackb(body, **self._unpack_options)
         except Exception as exc:  # msgpack raises many types; all mean "malformed"
+            self._broken = True
             raise ProtocolError("undecodable", exc) from exc
         if type(raw) is not list or not raw or type(raw[0]) is not str:
+            self._broken = True
             raise ProtocolError("not-a-message")
         spec = _DECODERS.get(raw[0])
         if spec is None:
+            self._broken = True
             raise ProtocolError("unknown-message-type")
         count, build = spec
         if len(raw) != count:
+            self._broken = True
             raise ProtocolError("wrong-field-count")
         try:
             return build(raw)
         except (TypeError, ValueError) as exc:
+            self._broken = True
             raise ProtocolError("invalid-field", exc) from exc
 
 
@@ -228,6 +269,10 @@ def _builder(cls: type[Message], names: tuple[str, ...]) -> Callable[[list[Any]]
 
     return build
 
+
+_FIELD_ENCODERS: Final = {
+    cls: (cls.TYPE, len(FIELD_NAMES[cls]), CHECKS[cls]) for cls in MESSAGE_TYPES.values()
+}
 
 _DECODERS: Final = {
     tag: (len(FIELD_NAMES[cls]) + 1, _builder(cls, FIELD_NAMES[cls]))
