@@ -34,6 +34,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ from suaveplan_sandbox.protocol import (
     Ready,
     Result,
     encode,
+    encode_fields,
 )
 from suaveplan_sandbox.vm._guest import load_plugin
 from suaveplan_sandbox.vm._hardening import HardeningReport, cpu_backstop_seconds
@@ -109,6 +111,20 @@ HOST_ONLY_CODES: Final = frozenset(
 # Codes the host produces for a request the worker made: genuine only if the gateway really
 # answered a request of this job that way.
 _DENIED: Final = "SAND_PERM_DENIED"
+
+
+class _RecvBuffer(threading.local):
+    """One receive buffer per thread, shared by its loop's sandboxes: a fresh `recv(n)` of a
+    large `n` costs a malloc (an mmap/mremap/munmap triplet once the size passes glibc's
+    threshold) per read, several times the syscall. The decoder copies what it is given
+    before any message is handled, so the next read may reuse the buffer."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(_RECV_BYTES)
+        self.view = memoryview(self.buf)
+
+
+_recv_buffer = _RecvBuffer()
 
 
 def _claimed(code: str) -> SuaveplanError:
@@ -381,15 +397,16 @@ class VmSandbox:
         sock = self._sock
         if sock is None:
             return
+        recv = _recv_buffer
         try:
-            data = sock.recv(_RECV_BYTES)
+            n = sock.recv_into(recv.buf)
         except BlockingIOError:
             return
         except OSError:
-            data = b""
-        self._on_readable_data(data)
+            n = 0
+        self._on_readable_data(recv.view[:n])
 
-    def _on_readable_data(self, data: bytes) -> None:
+    def _on_readable_data(self, data: bytes | memoryview) -> None:
         if not data:
             self._crash(_crashed("eof"))
             return
@@ -408,7 +425,9 @@ class VmSandbox:
             self._crash(_crashed("host-error"))
 
     def _handle(self, msg: Message) -> None:
-        if isinstance(msg, Result | Failure):
+        kind = type(msg)
+        if kind is Result or kind is Failure:
+            assert isinstance(msg, Result | Failure)
             job = self._job
             if job is None or msg.id != job.id:
                 if isinstance(msg, Failure) and msg.id == 0 and not self._ready.done():
@@ -416,7 +435,8 @@ class VmSandbox:
                     return
                 raise _crashed("unexpected-reply")
             self._finish(job, msg)
-        elif isinstance(msg, HostCall):
+        elif kind is HostCall:
+            assert isinstance(msg, HostCall)
             job = self._job
             if job is None:
                 raise _crashed("hostcall-outside-call")
@@ -496,38 +516,39 @@ class VmSandbox:
     def _begin(self, job: _Job) -> None:
         self._move("call")
         self._job = job
-        self._tracker.start_call()
-        loop = self._loop
-        if self._wall_s is not None:
-            self._deadline = loop.call_later(self._wall_s, self._on_deadline)
+        if self._wall_s is not None:  # the tracker's call clock serves the wall budget only
+            self._tracker.start_call()
+            self._deadline = self._loop.call_later(self._wall_s, self._on_deadline)
         if self._sampling:
-            self._sampler = loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
+            self._sampler = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
         self._write(job.frame)
 
     def _finish(self, job: _Job, msg: Result | Failure) -> None:
-        self._stop_timers()
+        if self._deadline is not None or self._sampler is not None:
+            self._stop_timers()
         if self._sampling and self._loop.time() >= self._next_sample and not self._sample():
             return  # the sample breached a budget: the job failed with it
         err: SuaveplanError | None = None
-        if isinstance(msg, Failure):
+        if type(msg) is Failure:
             err = _recode_guest_error(SuaveplanError.from_wire(msg.error), job.denials)
             if self._is_memory_breach(err):
                 return  # still the current job: the crash failed it with BUDGET_EXCEEDED
-        self._tracker.end_call()
+        if self._wall_s is not None:
+            self._tracker.end_call()
         self._job = None
         self._move("result")
-        if isinstance(msg, Result):
-            if job.fut is None:
+        fut = job.fut
+        if err is None:
+            assert isinstance(msg, Result)
+            if fut is None:
                 self.events_delivered += 1
-            elif not job.fut.done():
-                job.fut.set_result(msg.value)
-        else:
-            assert err is not None
-            if job.fut is None:
-                self.events_delivered += 1
-                _log.warning("[%s] event handler failed: %s", self._plugin, err.code)
-            elif not job.fut.done():
-                job.fut.set_exception(err)
+            elif not fut.done():
+                fut.set_result(msg.value)
+        elif fut is None:
+            self.events_delivered += 1
+            _log.warning("[%s] event handler failed: %s", self._plugin, err.code)
+        elif not fut.done():
+            fut.set_exception(err)
         while self._waiting and self._job is None and self._state is _S.IDLE:
             nxt = self._waiting.popleft()
             if nxt.fut is None or not nxt.fut.done():
@@ -625,17 +646,21 @@ class VmSandbox:
     # -- calls ----------------------------------------------------------------------------
     async def call(self, name: str, *args: object, **kwargs: object) -> object:
         """Call the plugin's public top-level function `name`; returns its plain-data result."""
-        if self._state is _S.DISPOSED:
+        state = self._state
+        if state is _S.DISPOSED:
             raise SuaveplanError("SAND_VM_DISPOSED", "the sandbox was disposed")
-        if self._state is _S.CRASHED:
+        if state is _S.CRASHED:
             assert self._fatal is not None
             raise _crashed("earlier-crash") from self._fatal
-        self._next_id += 1
-        call_id = self._next_id
-        frame = encode(Call(id=call_id, name=name, args=list(args), kwargs=kwargs))
+        self._next_id = call_id = self._next_id + 1
+        # The bytes of `encode(Call(...))`, after the same field checks, without the object.
+        frame = encode_fields(Call, call_id, name, list(args), kwargs)
         fut: asyncio.Future[Any] = self._loop.create_future()
-        job = _Job(id=call_id, frame=frame, fut=fut)
-        self._submit(job)
+        job = _Job(call_id, frame, fut)
+        if self._job is None and state is _S.IDLE:
+            self._begin(job)
+        else:
+            self._waiting.append(job)
         try:
             return await fut
         except asyncio.CancelledError:
