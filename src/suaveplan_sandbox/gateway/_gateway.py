@@ -31,7 +31,7 @@ import socket
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
-from types import MappingProxyType
+from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeGuard, final
 
 from suaveplan_sandbox.adapters._protocols import (
@@ -104,6 +104,7 @@ def _plain(raw: object) -> object:
 
 
 _NO_KWARGS: Final[Mapping[str, object]] = MappingProxyType({})
+_CALLS: Final = CAPABILITY_CALLS.name
 # Adapter results that are never awaitable: skips the ABC check on the hot path.
 _PLAIN_RESULTS: Final = (str, bytes, bool, int, float, list, dict, tuple, type(None))
 
@@ -178,6 +179,9 @@ class Gateway:
         on_subscription_lost: SubscriptionLostListener | None = None,
     ) -> None:
         self._checker = checker
+        # Both fixed for the checker's lifetime; read on every request.
+        self._plugin = checker.plugin
+        self._metrics = checker.metrics
         self._adapters = adapters
         self._audit = audit
         self._clock = clock or MonotonicClock()
@@ -197,7 +201,7 @@ class Gateway:
 
     @property
     def plugin(self) -> str:
-        return self._checker.plugin
+        return self._plugin
 
     @property
     def closed(self) -> bool:
@@ -271,9 +275,7 @@ class Gateway:
         try:
             try:
                 raw = self._method(call)(*call.args, **call.kwargs)
-                if _awaitable(raw):
-                    if not inspect.iscoroutine(raw):
-                        return False, self._eager_rest(started, cap, op, decision, call, raw)
+                if type(raw) is CoroutineType:  # an `async def` adapter: the usual case
                     try:
                         first = raw.send(None)
                     except StopIteration as stop:
@@ -281,6 +283,8 @@ class Gateway:
                     else:
                         rest = _Resumed(raw, first)
                         return False, self._eager_rest(started, cap, op, decision, call, rest)
+                elif _awaitable(raw):
+                    return False, self._eager_rest(started, cap, op, decision, call, raw)
             except asyncio.CancelledError:
                 raise _AdapterCancelled from None  # nobody can have cancelled an inline call
             result = call.shape(raw)
@@ -347,8 +351,8 @@ class Gateway:
         if self._closed:
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
         started = self._clock.now()
-        cap = capability if isinstance(capability, str) else "unknown"
-        op = operation if isinstance(operation, str) else "unknown"
+        cap = capability if type(capability) is str or isinstance(capability, str) else "unknown"
+        op = operation if type(operation) is str or isinstance(operation, str) else "unknown"
         if (cap, op) not in _OPERATIONS or not (type(args) is dict or isinstance(args, Mapping)):
             reason = (
                 DenyReason.UNKNOWN_CAPABILITY
@@ -361,10 +365,11 @@ class Gateway:
             decision, call = self._decide(cap, op, args, handler)
         except _Malformed:
             decision, call = self._checker.deny(cap, DenyReason.MALFORMED_PAYLOAD), None
-        if isinstance(decision, Deny):
+        if type(decision) is not Allow:  # Allow is final: anything else is refused
+            assert isinstance(decision, Deny)
             self._denied(decision, cap, op, started)
-        assert isinstance(decision, Allow) and call is not None
-        return started, cap, op, decision, call
+        assert call is not None
+        return started, cap, op, decision, call  # type: ignore[return-value]
 
     async def _settle(
         self,
@@ -570,23 +575,20 @@ class Gateway:
         code: str | None,
         extra: dict[str, WireValue] | None = None,
     ) -> None:
-        self._checker.metrics.inc(
-            CAPABILITY_CALLS.name,
-            {"plugin": self.plugin, "capability": cap, "outcome": outcome},
-        )
+        self._metrics.inc(_CALLS, {"plugin": self._plugin, "capability": cap, "outcome": outcome})
         if self._audit is None:
             return
-        allowed = isinstance(decision, Allow)
+        allowed = type(decision) is Allow  # final: no subclass to miss
         self._audit.record(
             AuditRecord(
-                plugin=self.plugin,
+                plugin=self._plugin,
                 capability=cap,
                 operation=op,
                 allowed=allowed,
-                reason=None if isinstance(decision, Allow) else decision.reason.value,
-                rule=decision.rule if isinstance(decision, Allow) else None,
+                reason=None if allowed else decision.reason.value,  # type: ignore[union-attr]
+                rule=decision.rule if allowed else None,  # type: ignore[union-attr]
                 duration_ms=(self._clock.now() - started) * 1000.0,
-                resource=decision.target if isinstance(decision, Allow) else None,
+                resource=decision.target if allowed else None,  # type: ignore[union-attr]
                 outcome=outcome if code is None else f"{outcome}:{code}",
                 extra=extra or {},
             )
