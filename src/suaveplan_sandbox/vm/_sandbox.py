@@ -455,10 +455,10 @@ class VmSandbox:
         try:
             done, value = self._gateway.dispatch_eager(msg.capability, msg.operation, msg.args)
         except Exception as exc:
-            self._reply(msg, job, self._host_failure(msg, job, exc))
+            self._reply(msg, job, failure=self._host_failure(msg, job, exc))
             return
         if done:
-            self._reply(msg, job, HostReply(id=msg.id, value=value))
+            self._reply(msg, job, value)
             return
         assert isinstance(value, asyncio.Task)
         task: asyncio.Task[Any] = value
@@ -471,9 +471,9 @@ class VmSandbox:
             return  # disposed: nobody is waiting for the reply
         exc = task.exception()
         if exc is None:
-            self._reply(msg, job, HostReply(id=msg.id, value=task.result()))
+            self._reply(msg, job, task.result())
         elif isinstance(exc, Exception):
-            self._reply(msg, job, self._host_failure(msg, job, exc))
+            self._reply(msg, job, failure=self._host_failure(msg, job, exc))
 
     def _host_failure(self, msg: HostCall, job: _Job, exc: Exception) -> HostFailure:
         if isinstance(exc, SuaveplanError):
@@ -490,11 +490,17 @@ class VmSandbox:
             ).to_wire(),
         )
 
-    def _reply(self, msg: HostCall, job: _Job, reply: HostReply | HostFailure) -> None:
+    def _reply(
+        self, msg: HostCall, job: _Job, value: object = None, *, failure: HostFailure | None = None
+    ) -> None:
+        """Answer `msg` with `failure`, or else with a `HostReply` of `value`."""
         if self._job is not job:
             return  # the job ended (or the worker died) while the adapter ran
         try:
-            frame = encode(reply)
+            if failure is not None:
+                frame = encode(failure)
+            else:  # the bytes of `encode(HostReply(...))`, without the object
+                frame = encode_fields(HostReply, msg.id, value)
         except ProtocolError:
             frame = encode(
                 HostFailure(
