@@ -28,9 +28,10 @@ import asyncio
 import inspect
 import logging
 import socket
+import sys
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeGuard, final
 
@@ -111,40 +112,6 @@ _PLAIN_RESULTS: Final = (str, bytes, bool, int, float, list, dict, tuple, type(N
 
 def _awaitable(raw: object) -> TypeGuard[Awaitable[object]]:
     return not isinstance(raw, _PLAIN_RESULTS) and inspect.isawaitable(raw)
-
-
-class _Resumed:
-    """The rest of a coroutine already run up to its first suspension, where it yielded
-    `first`: awaiting this drives it on exactly as the awaiting task would have (sends,
-    throws and cancellation pass straight through)."""
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, object], first: object) -> None:
-        self._coro = coro
-        self._first = first
-
-    def close(self) -> None:
-        self._coro.close()
-
-    def __await__(self) -> Generator[Any, Any, object]:
-        coro, value = self._coro, self._first
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # thrown in by the awaiting task: pass it on
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value
 
 
 class _AdapterCall(NamedTuple):
@@ -263,58 +230,69 @@ class Gateway:
     ) -> tuple[bool, object]:
         """`dispatch` started inline, for a caller running on the gateway's event loop.
 
-        Validation, the decision, `on_denial` and the adapter up to its first suspension run
-        right here, with no task. `(True, result)`: the request completed without suspending
-        (its audit row and metrics are written; errors are raised here, as `dispatch` raises
-        them). `(False, task)`: the adapter suspended; the `asyncio.Task` finishes the same
-        request with the same result, errors, audit row and metrics as `dispatch`, and
-        `close()` cancels it (`SAND_CANCELLED`). No `handler`: `events.subscribe` is denied
-        `malformed-payload`, as by `dispatch` without one.
+        Validation, the decision and `on_denial` run right here, with no task; so does a
+        synchronous adapter method. A coroutine adapter always runs inside an `asyncio.Task`,
+        because `asyncio.timeout`, task groups and anyio cancel scopes (httpx) need a current
+        task and the VM host calls this from a socket callback, where none is running. From
+        Python 3.12 that task starts eagerly (`eager_start=True`): its first step runs here,
+        so an adapter that never suspends is answered without a trip round the loop.
+        `(True, result)`: the request completed here (its audit row and metrics are written;
+        errors are raised here, as `dispatch` raises them). `(False, task)`: the `asyncio.Task`
+        finishes the same request with the same result, errors, audit row and metrics as
+        `dispatch`, and `close()` cancels it (`SAND_CANCELLED`). No `handler`:
+        `events.subscribe` is denied `malformed-payload`, as by `dispatch` without one.
         """
         started, cap, op, decision, call = self._admit(capability, operation, args, None)
+        task: asyncio.Task[object] | None = None
         try:
             try:
                 raw = self._method(call)(*call.args, **call.kwargs)
-                if type(raw) is CoroutineType:  # an `async def` adapter: the usual case
-                    try:
-                        first = raw.send(None)
-                    except StopIteration as stop:
-                        raw = stop.value
-                    else:
-                        rest = _Resumed(raw, first)
-                        return False, self._eager_rest(started, cap, op, decision, call, rest)
-                elif _awaitable(raw):
-                    return False, self._eager_rest(started, cap, op, decision, call, raw)
+                if type(raw) is CoroutineType or _awaitable(raw):
+                    # The task settles the request itself (audit row, metrics, errors).
+                    task = self._start_task(
+                        self._settle(cap, op, decision, started, lambda: self._in_task(call, raw))
+                    )
+                else:
+                    result = call.shape(raw)
             except asyncio.CancelledError:
                 raise _AdapterCancelled from None  # nobody can have cancelled an inline call
-            result = call.shape(raw)
         except SuaveplanError as exc:
             self._finish(cap, op, decision, started, outcome="error", code=exc.code)
             raise
         except Exception as exc:
             raise self._adapter_failed(cap, op, decision, started, exc) from None
+        if task is not None:
+            return (True, task.result()) if task.done() else (False, task)
         self._finish(cap, op, decision, started, outcome="ok", code=None)
         return True, result
 
-    def _eager_rest(  # noqa: PLR0917
-        self,
-        started: float,
-        cap: str,
-        op: str,
-        decision: Allow,
-        call: _AdapterCall,
-        rest: Awaitable[object],
-    ) -> asyncio.Task[object]:
-        async def finish_rest() -> object:
-            if self._closed:  # closed before this task first ran
-                if isinstance(rest, _Resumed) or inspect.iscoroutine(rest):
-                    rest.close()
-                raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
-            return await self._run(self._finish_awaitable, call, rest)
+    @staticmethod
+    def _start_task(coro: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
+        loop = asyncio.get_running_loop()
+        if sys.version_info >= (3, 12):  # a task whose first step runs as it is created
+            return asyncio.Task(coro, loop=loop, eager_start=True)
+        return loop.create_task(coro)
 
-        return asyncio.get_running_loop().create_task(
-            self._settle(cap, op, decision, started, finish_rest)
-        )
+    async def _in_task(self, call: _AdapterCall, raw: Awaitable[object]) -> object:
+        """Await an adapter's awaitable in the current task, which `close()` can cancel."""
+        task = asyncio.current_task()
+        assert task is not None  # only ever awaited by the task `_start_task` made
+        if self._closed:  # closed before this task first ran: the adapter never starts
+            if inspect.iscoroutine(raw):
+                raw.close()
+            raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
+        self._inflight.add(task)
+        try:
+            return call.shape(await raw)
+        except asyncio.CancelledError:
+            if self._closed:
+                task.uncancel()  # the cancellation was ours, and it is answered as an error
+                raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed") from None
+            if not task.cancelling():
+                raise _AdapterCancelled from None  # the adapter's own CancelledError
+            raise
+        finally:
+            self._inflight.discard(task)
 
     async def close(self) -> None:
         """Cancel in-flight adapter calls and drop subscriptions. Idempotent."""
