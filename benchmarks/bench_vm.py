@@ -14,7 +14,13 @@ is shared and noisy, so every figure is the median of several alternating rounds
   another process and no context switch, which are most of the cost on this machine. We also
   report the blocking variant (no event loop at all), the floor for any Python peer, and the
   same asyncio echo with both ends using our sans-IO codec (validated message objects), which
-  isolates what the sandbox adds on top of the protocol.
+  isolates what the sandbox adds on top of the protocol. That peer reads into a reused buffer
+  as the worker does: a fresh `recv(256 KiB)` in a new process costs an mmap/mremap/munmap
+  per read, which is the allocator's bill, not the protocol's.
+- **CPU per call**, host and peer, for the no-op call and the read against the asyncio echo:
+  wall time here is close to the sum of both processes' CPU (they take turns; the kernel's
+  wake-ups are part of each one's CPU), so these say which side a ratio comes from. The
+  host's is this process's CPU time, the peer's `sum_exec_runtime` from `/proc/<pid>/schedstat`.
 - **proxied read** against the asyncio echo, and against two no-op calls: a read is two
   round trips (the call and the worker's host call), so the second ratio is what the gateway
   and adapter add; host calls whose adapter never suspends are served inline, without a task.
@@ -83,13 +89,15 @@ sys.path[:0] = json.loads(sys.argv[2])
 from suaveplan_sandbox.protocol import NEED_DATA, FrameDecoder, Result, encode
 s = socket.socket(fileno=int(sys.argv[1]))
 decoder = FrameDecoder()
+buf = bytearray(262144)
+view = memoryview(buf)
 while True:
     msg = decoder.next_message()
     if msg is NEED_DATA:
-        data = s.recv(262144)
-        if not data:
+        n = s.recv_into(buf)
+        if not n:
             break
-        decoder.receive_data(data)
+        decoder.receive_data(view[:n])
         continue
     s.sendall(encode(Result(id=msg.id, value=None)))
 """
@@ -182,6 +190,32 @@ async def _per_call(fn: Callable[[], Awaitable[object]], n: int) -> float:
     return (time.perf_counter() - t) / n
 
 
+def _cpu_of(pid: int) -> float:
+    """Seconds of CPU the process `pid` has run (the scheduler's nanosecond count)."""
+    with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:  # noqa: PTH123
+        return int(f.read().split()[0]) / 1e9
+
+
+class _Cpu:
+    """CPU per call of this process (the host) and of a peer, summed over measured rounds."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.host = self.peer = 0.0
+        self.calls = 0
+
+    async def run(self, batch: Awaitable[float], n: int) -> float:
+        host, peer = time.process_time(), _cpu_of(self.pid)
+        wall = await batch
+        self.host += time.process_time() - host
+        self.peer += _cpu_of(self.pid) - peer
+        self.calls += n
+        return wall
+
+    def per_call(self) -> tuple[float, float]:
+        return self.host / self.calls, self.peer / self.calls
+
+
 def _bare_fork() -> None:
     ours, theirs = socket.socketpair()
     try:
@@ -240,12 +274,13 @@ def run() -> list[BenchRow]:
             await echo.asyncio_driven(200)
             await codec_echo.codec_driven(200)
             calls, reads, xp_async, xp_block, xp_codec = [], [], [], [], []
+            echo_cpu, call_cpu, read_cpu = _Cpu(echo.proc.pid), _Cpu(sb.pid), _Cpu(sb.pid)
             for _ in range(ROUNDS):
-                xp_async.append(await echo.asyncio_driven(1000))
-                calls.append(await _per_call(lambda: sb.call("noop"), 1000))
+                xp_async.append(await echo_cpu.run(echo.asyncio_driven(1000), 1000))
+                calls.append(await call_cpu.run(_per_call(lambda: sb.call("noop"), 1000), 1000))
                 xp_codec.append(await codec_echo.codec_driven(1000))
                 xp_block.append(echo.blocking(1000))
-                reads.append(await _per_call(lambda: sb.call("read"), 300))
+                reads.append(await read_cpu.run(_per_call(lambda: sb.call("read"), 300), 300))
         finally:
             echo.close()
             codec_echo.close()
@@ -283,6 +318,25 @@ def run() -> list[BenchRow]:
                 "two vm.call noop round trips",
                 2 * call_s,
                 at_most=1.25,
+            )
+        )
+
+        (echo_host, echo_peer), (call_host, call_worker) = echo_cpu.per_call(), call_cpu.per_call()
+        read_host, read_worker = read_cpu.per_call()
+        rows.append(
+            ratio_row("vm.call noop: host CPU", call_host, "echo: host CPU", echo_host, at_most=1.5)
+        )
+        rows.append(
+            ratio_row(
+                "vm.call noop: worker CPU", call_worker, "echo: peer CPU", echo_peer, at_most=1.5
+            )
+        )
+        rows.append(
+            ratio_row("vm.call read: host CPU", read_host, "echo: host CPU", echo_host, at_most=2)
+        )
+        rows.append(
+            ratio_row(
+                "vm.call read: worker CPU", read_worker, "echo: peer CPU", echo_peer, at_most=2
             )
         )
 
