@@ -9,10 +9,13 @@ future and no task. Host calls made during a job go through `Gateway.dispatch_ea
 same callback: answered inline when the adapter completes without suspending (no task),
 otherwise when the gateway's task for it is done; replies are bound to that job (a reply
 never reaches a later job) and dispose cancels the tasks still running. Budgets cost nothing
-per call unless set: the wall clock is one `loop.call_later` timer per job, CPU and RSS a
-sampling timer that runs only while a job is in flight (plus a sample at a job's end when
-one is due, so calls shorter than the interval cannot hide CPU). Writes are non-blocking
-with a bounded buffer: a worker that stops reading cannot stall the host's loop.
+per call unless set, and little when set: the wall clock is one timer that outlives jobs
+(a job records its deadline; the timer, when it fires, looks at the job then running and
+re-arms for its deadline, or lapses when none is), CPU and RSS a sampling timer that
+re-arms only while a job is in flight (plus a sample at a job's end when one is due, so
+calls shorter than the interval cannot hide CPU). Neither is created or cancelled per call.
+Writes are non-blocking with a bounded buffer: a worker that stops reading cannot stall the
+host's loop. Reads go into one receive buffer per thread.
 
 Lifecycle (state, event) -> state; any unexpected exception moves to CRASHED:
 
@@ -85,6 +88,9 @@ _log = logging.getLogger("suaveplan_sandbox.vm")
 # RLIMIT_AS is virtual memory; the interpreter maps far more than it touches.
 INTERPRETER_SLACK_BYTES: Final = 512 * 1024 * 1024
 SAMPLE_INTERVAL_S: Final = 0.02
+# The loop may run a timer up to its clock resolution early; a deadline timer firing within
+# this much of the job's deadline is that job's (the deadline sits 1 ms past the budget).
+_EARLY_S: Final = 1e-4
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 # A worker that stops reading while the host has this much queued for it is killed.
 MAX_OUTBOUND_BYTES: Final = 4 * DEFAULT_MAX_FRAME_BYTES
@@ -228,6 +234,7 @@ class VmSandbox:
         self._sampling = False
         self._next_sample = 0.0
         self._deadline: asyncio.TimerHandle | None = None
+        self._deadline_at = 0.0  # loop time at which the current job's wall budget ends
         self._sampler: asyncio.TimerHandle | None = None
         self._proc: psutil.Process | None = None
         self._subscriptions: list[str] = []
@@ -524,14 +531,18 @@ class VmSandbox:
         self._job = job
         if self._wall_s is not None:  # the tracker's call clock serves the wall budget only
             self._tracker.start_call()
-            self._deadline = self._loop.call_later(self._wall_s, self._on_deadline)
-        if self._sampling:
+            self._deadline_at = self._loop.time() + self._wall_s
+            # A timer left by an earlier job fires before this deadline (every job has the
+            # same budget) and re-arms for it.
+            if self._deadline is None:
+                self._deadline = self._loop.call_at(self._deadline_at, self._on_deadline)
+        if self._sampling and self._sampler is None:
             self._sampler = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
         self._write(job.frame)
 
     def _finish(self, job: _Job, msg: Result | Failure) -> None:
-        if self._deadline is not None or self._sampler is not None:
-            self._stop_timers()
+        # The budget timers stay armed: a firing with no job in flight (or a later one's
+        # deadline still ahead) lapses or re-arms, which is cheaper than a timer per job.
         if self._sampling and self._loop.time() >= self._next_sample and not self._sample():
             return  # the sample breached a budget: the job failed with it
         err: SuaveplanError | None = None
@@ -576,6 +587,9 @@ class VmSandbox:
     def _on_deadline(self) -> None:
         self._deadline = None
         if self._job is None:
+            return  # lapses; the next job arms a new one
+        if self._loop.time() < self._deadline_at - _EARLY_S:  # an earlier job's: re-arm
+            self._deadline = self._loop.call_at(self._deadline_at, self._on_deadline)
             return
         try:
             self._tracker.tick()
