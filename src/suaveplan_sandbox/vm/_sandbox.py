@@ -6,9 +6,10 @@ the host runs one *job* at a time — a plugin call or an event delivery — and
 in FIFO order. A `loop.add_reader` callback decodes worker frames and resolves the job's
 future directly; the next queued job is sent from the same callback, so a call costs one
 future and no task. Host calls made during a job go through `Gateway.dispatch_eager` from the
-same callback: answered inline when the adapter completes without suspending (no task),
-otherwise when the gateway's task for it is done; replies are bound to that job (a reply
-never reaches a later job) and dispose cancels the tasks still running. Budgets cost nothing
+same callback: answered inline when it completes there (a synchronous adapter; from Python
+3.12 also a coroutine adapter that never suspends, in its eagerly started task), otherwise
+when the gateway's task for it is done; replies are bound to that job (a reply never
+reaches a later job) and dispose cancels the tasks still running. Budgets cost nothing
 per call unless set, and little when set: the wall clock is one timer that outlives jobs
 (a job records its deadline; the timer, when it fires, looks at the job then running and
 re-arms for its deadline, or lapses when none is), CPU and RSS a sampling timer that
@@ -457,8 +458,8 @@ class VmSandbox:
             raise _crashed("out-of-protocol")
 
     def _start_host_call(self, msg: HostCall, job: _Job) -> None:
-        """Serve a host call inline when the gateway decides and the adapter completes without
-        suspending (no task); otherwise answer when the gateway's task for it is done."""
+        """Answer a host call inline when the gateway completes it here; otherwise when the
+        gateway's task for it is done."""
         try:
             done, value = self._gateway.dispatch_eager(msg.capability, msg.operation, msg.args)
         except Exception as exc:
