@@ -129,3 +129,25 @@ async def test_cpu_percent_fails_closed_when_wasmtime_has_no_epoch_callback(
         wasm_module_path=wat(SPIN_WAT), policy=policy(root, {"wallClockMs": 1000})
     ) as sb:
         assert await sb.call("answer") == 42
+
+
+async def test_cpu_percent_fails_closed_when_wasmtime_ffi_cannot_be_imported(
+    root: Path, wat: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real detection chain (not a stubbed verdict): the private module is gone.
+    def gone() -> object:
+        raise ImportError("No module named 'wasmtime._ffi'")
+
+    monkeypatch.setattr(_cpu, "_private_ffi", gone)
+    _cpu._installed_hook_problem.cache_clear()
+    try:
+        with pytest.raises(SuaveplanError) as info:
+            await create_wasm_sandbox(
+                wasm_module_path=wat(SPIN_WAT), policy=policy(root, {"cpuPercent": 20})
+            )
+        assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+        assert info.value.details["stage"] == "cpu-budget"
+    finally:
+        monkeypatch.undo()
+        _cpu._installed_hook_problem.cache_clear()
+    assert _cpu._installed_hook_problem() is None  # and the real binding is back

@@ -6,7 +6,10 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from suaveplan_sandbox.adapters import Adapters, AuditRecord
+from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.testing import FakeFetch
@@ -109,3 +112,37 @@ async def test_denied_connect_is_recorded_on_denials_and_in_the_audit_sink(
     assert (entry.plugin, entry.capability, entry.operation) == ("guest", "fetch", "connect")
     assert entry.allowed is False
     assert entry.reason == "host-not-in-allowlist"
+
+
+async def test_a_recv_from_a_silent_peer_blocks_no_longer_than_the_wall_clock_budget(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    fetch = FakeFetch()
+    metrics = InMemoryMetrics()
+    manifest = {
+        "name": "guest",
+        "permissions": {"fetch": ["api.stripe.com"], "budgets": {"wallClockMs": 150}},
+    }
+    try:
+        sb = await create_wasm_sandbox(
+            wasm_module_path=wat(SOCKET_WAT),
+            policy=PermissionPolicy.from_manifest(manifest, root=root),
+            proxies=Adapters(fetch=fetch),
+            metrics=metrics,
+        )
+        try:
+            assert await sb.call("connect", 0, 14) == Errno.SUCCESS
+            with pytest.raises(SuaveplanError) as info:
+                await asyncio.wait_for(sb.call("recv"), 10)  # the peer never sends
+            assert info.value.code == "BUDGET_EXCEEDED"
+            assert info.value.details["budget"] == "wallClockMs"
+            assert metrics.value("plugin.budget_exceeded_total", plugin="guest") == 1
+            # The guest thread unwound by itself (the recv timed out at the deadline); it
+            # is not left blocked for the socket's own 30 s timeout.
+            assert sb._executor is not None
+            free = asyncio.wrap_future(sb._executor.submit(lambda: "free"))
+            assert await asyncio.wait_for(free, 2) == "free"
+        finally:
+            await sb.dispose()
+    finally:
+        fetch.close()

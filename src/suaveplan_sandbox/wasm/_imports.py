@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 MODULE: Final = "suaveplan"
 MAX_INPUT: Final = 1 << 20
+# A socket send/recv blocks the guest thread at most this long, and never past the call's
+# wallClockMs deadline (then the call ends with BUDGET_EXCEEDED wallClockMs).
 _SOCK_TIMEOUT_S: Final = 30.0
 _I32 = wasmtime.ValType.i32()
 
@@ -125,7 +127,6 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         sock = sb._dispatch("fetch", "connect", {"host": host, "port": port})
         if not isinstance(sock, socket.socket):
             return Errno.IO
-        sock.settimeout(_SOCK_TIMEOUT_S)
         fd = sb._next_fd
         sb._next_fd += 1
         sb._sockets[fd] = sock
@@ -141,7 +142,11 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         data = _read(m, buf, length)
         if not m.write_u32(sent_out, 0):
             return Errno.FAULT
-        sent = sock.send(data)
+        sock.settimeout(sb._socket_timeout(_SOCK_TIMEOUT_S))
+        try:
+            sent = sock.send(data)
+        except TimeoutError:
+            return sb._socket_timed_out()
         m.write_u32(sent_out, sent)
         return Errno.SUCCESS
 
@@ -153,7 +158,11 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         m = _view(c, sb)
         if not m.contains(buf, cap) or not m.write_u32(len_out, 0):
             return Errno.FAULT
-        data = sock.recv(min(cap, MAX_INPUT))
+        sock.settimeout(sb._socket_timeout(_SOCK_TIMEOUT_S))
+        try:
+            data = sock.recv(min(cap, MAX_INPUT))
+        except TimeoutError:
+            return sb._socket_timed_out()
         return _out(m, data, buf, cap, len_out)
 
     def sock_close(c: wasmtime.Caller, fd: int) -> int:

@@ -19,6 +19,10 @@ are checked against the export's parameter types before the guest runs
 `wallClockMs` is an epoch deadline while guest code runs, and a timeout on the wait while
 the guest is blocked in a host import that awaits an async adapter: at the call's deadline
 the adapter task is cancelled and the host import ends the guest with `BUDGET_EXCEEDED`.
+Socket I/O times out at the deadline too. A synchronous adapter cannot be interrupted: a
+call still held in host code `STUCK_GRACE_S` past its deadline is answered `BUDGET_EXCEEDED`
+by `call`/`run` themselves (`_await_guest`, `_abandon`), and the stuck thread, when the
+adapter returns, finds the sandbox ended and unwinds without running more guest code.
 
 The guest runs in a per-sandbox worker thread so host imports can block: each `suaveplan.*`
 import calls `gateway.dispatch_sync(...)` on the guest thread — the same admission, audit
@@ -61,6 +65,7 @@ from suaveplan_sandbox.permissions import (
 from suaveplan_sandbox.permissions._clock import Clock
 from suaveplan_sandbox.wasm import _engine
 from suaveplan_sandbox.wasm._cpu import CallWatch, CpuWatcher
+from suaveplan_sandbox.wasm._errno import Errno
 from suaveplan_sandbox.wasm._instrument import REFUSALS_EXPORT, REFUSED_PAGES_EXPORT, Instrumented
 
 _NO_DEADLINE: Final = 1 << 62
@@ -69,6 +74,11 @@ _PAGE: Final = 65536
 MAX_TABLES: Final = 4
 _TABLE_ELEMENT_BYTES: Final = 8
 _I32: Final = wasmtime.ValType.i32()
+# How long past its wallClockMs deadline a guest call may stay in host code (a synchronous
+# adapter that does not return, a blocking WASI read) before `call`/`run` answer
+# BUDGET_EXCEEDED and leave the stuck guest thread behind (`_await_guest`). Guest code is
+# interrupted within one tick of the deadline, so only a thread held in host code gets here.
+STUCK_GRACE_S: Final = 0.25
 # The most recent denials a handle keeps (`WasmSandbox.denials`); `denials_total` counts all.
 MAX_DENIALS: Final = 256
 # Integer arguments: either the signed or the unsigned reading of the type's bits is accepted
@@ -172,6 +182,76 @@ class _OneShot(Generic[_T]):
         fn, self._fn = self._fn, None
         assert fn is not None, "a one-shot call ran twice"
         return fn(*args)
+
+
+@final
+class _CallStart:
+    """When the guest call behind one `call`/`run` began: set on the guest thread once armed.
+
+    `deadline` is the call's wallClockMs deadline (monotonic), or None without one. Only the
+    call and its waiter hold it (not the handle).
+    """
+
+    __slots__ = ("deadline", "started")
+
+    def __init__(self) -> None:
+        self.started = False
+        self.deadline: float | None = None
+
+
+async def _await_guest(
+    work: concurrent.futures.Future[_T],
+    start: _CallStart,
+    owner: weakref.ref[WasmSandbox],
+    *,
+    wall_ms: float | None,
+) -> _T:
+    """The guest call's outcome; or BUDGET_EXCEEDED once it is held in host code too long.
+
+    Without wallClockMs there is nothing to hold the call to: wait for it. With it, a call
+    still unfinished `STUCK_GRACE_S` after its deadline is stuck in host code (guest code
+    would have been interrupted): the sandbox is ended without it (`WasmSandbox._abandon`)
+    and the caller gets the breach now. The thread stays behind until the host code returns;
+    it then finds the sandbox ended and unwinds without running more guest code. A call
+    still queued behind another when the sandbox ends or is disposed is refused.
+    """
+    fut = asyncio.wrap_future(work)
+    if wall_ms is None:
+        return await fut
+    while True:
+        if start.started:
+            assert start.deadline is not None
+            timeout = max(0.0, start.deadline + STUCK_GRACE_S - time.monotonic())
+        else:  # queued behind another call of this sandbox: look again in a budget's time
+            timeout = wall_ms / 1000.0 + STUCK_GRACE_S
+        try:
+            done, _ = await asyncio.wait((fut,), timeout=timeout)
+        except asyncio.CancelledError:
+            fut.cancel()  # as `await fut` would: the caller gave up on the outcome
+            raise
+        if done or work.done():
+            if work.cancelled():  # a queued call dropped by dispose()
+                raise SuaveplanError("SAND_WASM_DISPOSED", "the sandbox was disposed")
+            return await fut
+        sb = owner()
+        if sb is None:  # pragma: no cover — the caller's own frame holds no handle
+            raise SuaveplanError("SAND_WASM_DISPOSED", "the sandbox was disposed")
+        if not start.started:
+            if sb.state == "ready":
+                del sb
+                continue
+            if work.cancel():  # still queued: it never runs
+                sb._check_alive()  # SAND_WASM_ENDED (with the breach) or SAND_WASM_DISPOSED
+            del sb
+            continue
+        assert start.deadline is not None
+        if time.monotonic() < start.deadline + STUCK_GRACE_S:
+            del sb
+            continue
+        fut.cancel()  # its outcome, whenever the thread gets there, is nobody's
+        error = sb._abandon()
+        del sb
+        raise error
 
 
 @final
@@ -359,6 +439,10 @@ class WasmSandbox:
         self._call_deadline: float | None = None
         # The breach a host import raised during the call in progress (see `_on_loop`).
         self._import_breach: SuaveplanError | None = None
+        # Whether the call in progress already counted its breach (`_budget`): the guest
+        # thread and `_abandon` may both judge one call; the metric counts it once.
+        self._breach_counted = False
+        self._breach_lock = threading.Lock()
         self._store: wasmtime.Store | None = None
         self._instance: wasmtime.Instance | None = None
         # The long-lived instance's exports, read on the first call (not at create).
@@ -402,35 +486,35 @@ class WasmSandbox:
     async def call(self, export: str, *args: int | float) -> Any:
         # This frame is in the traceback of every error raised here, and the guest thread's
         # frames are in its cause's: neither may keep the handle (and its store) alive.
+        start = _CallStart()
         try:
             self._check_alive()
-            fut = self._loop.run_in_executor(
-                self._worker(), _OneShot(self._call_sync), export, args
-            )
+            work = self._worker().submit(_OneShot(self._call_sync), export, args, start)
+            owner, wall = weakref.ref(self), self._policy.budgets.wall_clock_ms
         except SuaveplanError as exc:
             del self
             _drop_frames(exc)
             raise
         del self
         try:
-            return await fut
+            return await _await_guest(work, start, owner, wall_ms=wall)
         except SuaveplanError as exc:
             _drop_frames(exc)
             raise
 
     async def run(self, *, argv: Sequence[str] = (), stdin: bytes = b"") -> RunResult:
+        start = _CallStart()
         try:  # see `call`
             self._check_alive()
-            fut = self._loop.run_in_executor(
-                self._worker(), _OneShot(self._run_sync), tuple(argv), stdin
-            )
+            work = self._worker().submit(_OneShot(self._run_sync), tuple(argv), stdin, start)
+            owner, wall = weakref.ref(self), self._policy.budgets.wall_clock_ms
         except SuaveplanError as exc:
             del self
             _drop_frames(exc)
             raise
         del self
         try:
-            return await fut
+            return await _await_guest(work, start, owner, wall_ms=wall)
         except SuaveplanError as exc:
             _drop_frames(exc)
             raise
@@ -501,6 +585,17 @@ class WasmSandbox:
         self._drop_guest()
         return error
 
+    def _abandon(self) -> SuaveplanError:
+        """End the guest while its thread is held in host code past the call's deadline.
+
+        Runs on the event loop, without the lock (the stuck thread holds it). The store,
+        instance and sockets are dropped as by any breach; the thread keeps its own
+        references until the host code returns, then `_dispatch` (or the next epoch check)
+        finds the sandbox ended and it unwinds without running more guest code.
+        """
+        error = self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
+        return self._end(error)
+
     def _instantiate(
         self,
         *,
@@ -545,6 +640,7 @@ class WasmSandbox:
     def _arm_deadline(self, store: wasmtime.Store) -> CallWatch | None:
         wall = self._policy.budgets.wall_clock_ms
         self._import_breach = None
+        self._breach_counted = False
         if self._cpu is not None:
             # The callback judges CPU and wall clock on every tick; see `_cpu`.
             tracker = BudgetTracker(
@@ -567,7 +663,7 @@ class WasmSandbox:
         if self._cpu is not None:
             self._cpu.watch = None
 
-    def _call_sync(self, export: str, args: tuple[int | float, ...]) -> Any:
+    def _call_sync(self, export: str, args: tuple[int | float, ...], began: _CallStart) -> Any:
         with self._lock:
             self._check_alive()
             store, instance = self._store, self._instance
@@ -599,6 +695,7 @@ class WasmSandbox:
                     refusals = self._refusals = found
                 mark = refusals.value(store)
             watch = self._arm_deadline(store)
+            began.deadline, began.started = self._call_deadline, True
             _current.sb = self
             self._guest_memory = mem
             try:
@@ -619,7 +716,7 @@ class WasmSandbox:
                 self._disarm()
                 del store, instance, exports, func
 
-    def _run_sync(self, argv: tuple[str, ...], stdin: bytes) -> RunResult:
+    def _run_sync(self, argv: tuple[str, ...], stdin: bytes, began: _CallStart) -> RunResult:
         out, err = bytearray(), bytearray()
         with self._lock, tempfile.NamedTemporaryFile(prefix="suaveplan-stdin-") as fh:
             self._check_alive()
@@ -640,6 +737,7 @@ class WasmSandbox:
             recorded = self._grow_recorded
             mark = mem.data_len(store) if mem is not None and not recorded else 0
             watch = self._arm_deadline(store)
+            began.deadline, began.started = self._call_deadline, True
             code = 0
             _current.sb = self
             self._guest_memory = mem
@@ -770,7 +868,13 @@ class WasmSandbox:
         return headroom < _PAGE or headroom < size - start_size
 
     def _budget(self, budget: str, limit: float | None) -> SuaveplanError:
-        self._metrics.inc(BUDGET_EXCEEDED.name, {"plugin": self._gateway.plugin, "budget": budget})
+        """A fresh BUDGET_EXCEEDED error; the metric counts the first of each call only."""
+        with self._breach_lock:
+            counted, self._breach_counted = self._breach_counted, True
+        if not counted:
+            self._metrics.inc(
+                BUDGET_EXCEEDED.name, {"plugin": self._gateway.plugin, "budget": budget}
+            )
         return SuaveplanError(
             "BUDGET_EXCEEDED", f"budget exceeded: {budget}", {"budget": budget, "limit": limit}
         )
@@ -785,7 +889,52 @@ class WasmSandbox:
         """
         if self._disposed or self._gateway.closed:
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed")
-        return self._gateway.dispatch_sync(capability, operation, args, run_coroutine=self._on_loop)
+        try:
+            result = self._gateway.dispatch_sync(
+                capability, operation, args, run_coroutine=self._on_loop
+            )
+        except SuaveplanError:
+            self._raise_if_abandoned(None)
+            raise
+        self._raise_if_abandoned(result)
+        return result
+
+    def _raise_if_abandoned(self, result: object) -> None:
+        """After an adapter returned: if the call was abandoned meanwhile, end the guest now.
+
+        `_abandon` answered the caller while the adapter held this thread; the guest must
+        not run on, so the import raises BUDGET_EXCEEDED (which ends it) instead of
+        returning, and a socket it was given is closed.
+        """
+        if self._ended is None or self._ended.code != "BUDGET_EXCEEDED":
+            return
+        if isinstance(result, socket.socket):
+            result.close()
+        raise self._wall_breach()
+
+    def _wall_breach(self) -> SuaveplanError:
+        """wallClockMs ran out while a host import held the guest; the import raises it."""
+        error = self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
+        self._import_breach = error
+        return error
+
+    def _socket_timeout(self, cap_s: float) -> float:
+        """How long a socket send/recv may block: `cap_s`, or less when the call's wallClockMs
+        deadline comes first (already past: the breach is raised)."""
+        deadline = self._call_deadline
+        if deadline is None:
+            return cap_s
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise self._wall_breach()
+        return min(cap_s, left)
+
+    def _socket_timed_out(self) -> int:
+        """A send/recv timed out: the call's wallClockMs breach if it ran out, else `IO`."""
+        deadline = self._call_deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            raise self._wall_breach()
+        return Errno.IO
 
     def _on_loop(self, coro: Coroutine[Any, Any, object]) -> object:
         try:
@@ -812,9 +961,7 @@ class WasmSandbox:
             # The call's wallClockMs ran out while the guest waited on the adapter: cancel
             # the adapter task and end the guest (the host import re-raises this one code).
             fut.cancel()
-            error = self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
-            self._import_breach = error
-            raise error
+            raise self._wall_breach()
         try:
             return fut.result()
         except concurrent.futures.CancelledError:
