@@ -17,7 +17,7 @@ from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.testing._fakes import DictSecrets, FakeDb, FakeFetch
-from suaveplan_sandbox.wasm import Errno, _engine, create_wasm_sandbox
+from suaveplan_sandbox.wasm import Errno, _engine, _sandbox, create_wasm_sandbox
 from suaveplan_sandbox.wasm._instrument import Instrumented, instrument
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -175,16 +175,27 @@ async def test_nothing_is_inherited_argv_env_or_stdio(root: Path) -> None:
 # -- versions and instantiation ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["wasi_unstable", "wasi_snapshot_preview0"])
+@pytest.mark.parametrize(
+    "module",
+    ["wasi_unstable", "wasi_snapshot_preview0", "wasi_snapshot_preview2", "wasi:cli/env@0.2.0"],
+)
 async def test_old_wasi_versions_are_refused_before_instantiation(
-    root: Path, wat: Callable[[str], Path], module: str
+    root: Path, wat: Callable[[str], Path], module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = wat(
         f'(module (import "{module}" "fd_write" (func (param i32 i32 i32 i32) (result i32))))'
     )
+
+    def never(*_: object) -> None:
+        raise AssertionError("the module was linked or instantiated")
+
+    # Neither linking (InstancePre) nor instantiation may be reached.
+    monkeypatch.setattr(_sandbox, "_instance_pre", never)
+    monkeypatch.setattr(_sandbox.WasmSandbox, "_instantiate", never)
     with pytest.raises(SuaveplanError) as info:
         await create_wasm_sandbox(wasm_module_path=path, policy=policy(root))
     assert info.value.code == "SAND_WASM_WASI_VERSION_UNSUPPORTED"
+    assert info.value.details["module"] == module
 
 
 @pytest.mark.parametrize(
