@@ -172,6 +172,39 @@ async def test_nothing_is_inherited_argv_env_or_stdio(root: Path) -> None:
     assert (res.exit_code, res.stdout, res.stderr) == (7, b"given", b"err\n")
 
 
+WASI_COUNTS_WAT = """
+(module
+  (import "wasi_snapshot_preview1" "environ_sizes_get"
+    (func $env (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "args_sizes_get" (func $args (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_prestat_get" (func $prestat (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "env_count") (result i32)
+    (drop (call $env (i32.const 0) (i32.const 4))) (i32.load (i32.const 0)))
+  (func (export "arg_count") (result i32)
+    (drop (call $args (i32.const 0) (i32.const 4))) (i32.load (i32.const 0)))
+  (func (export "prestat") (param i32) (result i32) (call $prestat (local.get 0) (i32.const 8))))
+"""
+
+
+async def test_the_guest_sees_no_host_env_args_or_preopens_it_was_not_given(
+    root: Path, wat: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUAVEPLAN_HOST_SECRET", "leak")
+    assert len(os.environ) > 1
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(WASI_COUNTS_WAT), policy=policy(root)
+    ) as sb:
+        assert await sb.call("env_count") == 0
+        assert await sb.call("arg_count") == 0
+        assert await sb.call("prestat", 3) == 8  # BADF: fd 3 is no preopen, none was granted
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(WASI_COUNTS_WAT), policy=policy(root, fs=["./uploads/*"])
+    ) as sb:
+        assert await sb.call("prestat", 3) == 0  # the one granted preopen
+        assert await sb.call("prestat", 4) == 8  # and nothing after it
+
+
 # -- versions and instantiation ------------------------------------------------------------
 
 
