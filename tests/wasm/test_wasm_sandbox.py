@@ -129,8 +129,13 @@ async def test_dotdot_escape_from_a_preopen_fails(root: Path) -> None:
         wasm_module_path=FSPROBE, policy=policy(root, fs=["rw:./uploads/*"])
     ) as sb:
         res = await sb.run(argv=["fsprobe", "read", "/uploads/../private/s.txt"])
+        wrote = await sb.run(argv=["fsprobe", "write", "/uploads/../private/s.txt", "pwned"])
+        created = await sb.run(argv=["fsprobe", "write", "/uploads/../../outside.txt"])
     assert res.exit_code == 1
     assert b"secret" not in res.stdout
+    assert (wrote.exit_code, created.exit_code) == (1, 1)
+    assert (root / "private" / "s.txt").read_text() == "secret"
+    assert not (root.parent / "outside.txt").exists()
 
 
 async def test_symlink_inside_a_preopen_pointing_outside_cannot_be_opened(root: Path) -> None:
@@ -141,8 +146,15 @@ async def test_symlink_inside_a_preopen_pointing_outside_cannot_be_opened(root: 
     ) as sb:
         res = await sb.run(argv=["fsprobe", "read", "/uploads/link"])
         res2 = await sb.run(argv=["fsprobe", "read", "/uploads/dirlink/s.txt"])
+        # The preopen is writable: writing through either link must not reach the target.
+        wrote = await sb.run(argv=["fsprobe", "write", "/uploads/link", "pwned"])
+        wrote2 = await sb.run(argv=["fsprobe", "write", "/uploads/dirlink/s.txt", "pwned"])
+        made = await sb.run(argv=["fsprobe", "write", "/uploads/dirlink/new.txt"])
     assert res.exit_code == 1 and b"secret" not in res.stdout
     assert res2.exit_code == 1 and b"secret" not in res2.stdout
+    assert (wrote.exit_code, wrote2.exit_code, made.exit_code) == (1, 1, 1)
+    assert (root / "private" / "s.txt").read_text() == "secret"
+    assert not (root / "private" / "new.txt").exists()
 
 
 @pytest.mark.parametrize("rule", ["./uploads/a.txt", "./uploads/*.txt", "./up*/a"])
