@@ -178,6 +178,21 @@ async def test_rule_not_expressible_as_preopen_is_refused_and_counted(
     )
 
 
+async def test_a_directory_rule_through_a_symlink_leaving_the_root_is_refused(
+    root: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)
+    metrics = InMemoryMetrics()
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(
+            wasm_module_path=FSPROBE, policy=policy(root, fs=["./escape/*"]), metrics=metrics
+        )
+    assert info.value.code == "SAND_WASM_PREOPEN_DENIED"
+    assert metrics.value("plugin.permission_denied_total", plugin="guest", capability="fs") == 1
+
+
 async def test_nothing_is_inherited_argv_env_or_stdio(root: Path) -> None:
     async with await create_wasm_sandbox(wasm_module_path=FSPROBE, policy=policy(root)) as sb:
         res = await sb.run(argv=["fsprobe", "echo", "-"], stdin=b"given")
