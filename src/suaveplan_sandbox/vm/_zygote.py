@@ -21,6 +21,7 @@ import msgpack
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest import PluginBundle
+from suaveplan_sandbox.vm._hardening import LAYERS
 
 _BOOTSTRAP: Final = (
     "import sys, json; sys.path[:0] = json.loads(sys.argv[2]); "
@@ -147,7 +148,16 @@ class ForkServer:
         A zygote found dead when the request could not even be sent (it died since the last
         request and was not reaped yet) is restarted and the request retried once; one that
         dies after receiving it fails the request (it may have forked).
+
+        A `require` naming no known layer is SAND_INVALID_ARGUMENT (a typo must not turn
+        into a worker that merely crashes, nor into a layer silently not required).
         """
+        if not set(require) <= set(LAYERS):
+            raise SuaveplanError(
+                "SAND_INVALID_ARGUMENT",
+                "unknown hardening layer required",
+                {"layers": [n for n in require if n not in LAYERS], "known": list(LAYERS)},
+            )
         try:
             return self._fork(
                 bundle,

@@ -35,7 +35,7 @@ import socket
 import stat
 import sys
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import msgpack
 
@@ -43,6 +43,7 @@ from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.protocol import Failure, encode
 from suaveplan_sandbox.vm._guest import CompiledBundle, PluginBundle, compile_bundle
 from suaveplan_sandbox.vm._hardening import (
+    LAYERS,
     HardeningPlan,
     RlimitSettings,
     apply_hardening,
@@ -115,6 +116,32 @@ def _bare_child(ctl: socket.socket, wsock: socket.socket) -> None:
         os._exit(0)
 
 
+def _run_child(  # noqa: PLR0917
+    ctl: socket.socket,
+    wsock: socket.socket,
+    lifeline: int,
+    wake: tuple[int, int],
+    plan: HardeningPlan,
+    job: _Worker | None,
+) -> NoReturn:
+    """The forked child's whole life. It never returns: an exception let back into the
+    zygote's loop would have this unhardened copy answer (and read) the control socket as a
+    second fork server."""
+    try:
+        if lifeline >= 0:
+            arm_lifeline(lifeline)  # first: from here on the worker dies with its host
+        os.close(wake[0])
+        os.close(wake[1])
+        signal.set_wakeup_fd(-1)
+        if job is None:
+            _bare_child(ctl, wsock)
+        else:
+            _child(ctl, wsock, plan, job)
+    except BaseException:
+        os._exit(2)
+    os._exit(0)
+
+
 def _serve_request(  # noqa: PLR0917
     ctl: socket.socket,
     data: bytes,
@@ -179,7 +206,7 @@ def _dispatch(  # noqa: PLR0917
                 or len(rl) != 2
                 or not all(v is None or (type(v) is int and v > 0) for v in rl)
                 or type(require) is not list
-                or not all(type(r) is str for r in require)
+                or not all(type(r) is str and r in LAYERS for r in require)
             ):
                 raise _BadRequest("bad-fork-fields", req_id)
             job = _Worker(
@@ -199,16 +226,7 @@ def _dispatch(  # noqa: PLR0917
             wsock.close()
             raise _BadRequest("fork-failed", req_id) from exc
         if pid == 0:
-            if lifeline >= 0:
-                arm_lifeline(lifeline)  # first: from here on the worker dies with its host
-            os.close(wake[0])
-            os.close(wake[1])
-            signal.set_wakeup_fd(-1)
-            if job is None:
-                _bare_child(ctl, wsock)
-            else:
-                _child(ctl, wsock, plan, job)
-            os._exit(0)
+            _run_child(ctl, wsock, lifeline, wake, plan, job)
         wsock.close()
         if lifeline >= 0:
             os.close(lifeline)
