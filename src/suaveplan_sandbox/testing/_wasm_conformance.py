@@ -36,6 +36,9 @@ _GUEST: Final = """
   (data (i32.const 32) "evil.example.com")
   (data (i32.const 64) "api.stripe.com")
   (data (i32.const 96) "new.txt")
+  (data (i32.const 128) "../other/secret.txt")
+  (data (i32.const 160) "link/secret.txt")
+  (data (i32.const 192) "inside.txt")
   (func (export "secret_other") (result i32)
     (call $sg (i32.const 0) (i32.const 9) (i32.const 256) (i32.const 64) (i32.const 512)))
   (func (export "connect_evil") (result i32)
@@ -45,6 +48,14 @@ _GUEST: Final = """
   (func (export "create_in_preopen") (result i32)
     (call $open (i32.const 3) (i32.const 0) (i32.const 96) (i32.const 7) (i32.const 1)
       (i64.const 0x40) (i64.const 0) (i32.const 0) (i32.const 600)))
+  (func (export "open_read") (param $path i32) (param $len i32) (param $follow i32) (result i32)
+    (call $open (i32.const 3) (local.get $follow) (local.get $path) (local.get $len)
+      (i32.const 0) (i64.const 2) (i64.const 0) (i32.const 0) (i32.const 600)))
+  (func (export "secret_at") (param $p i32) (param $l i32) (result i32)
+    (call $sg (local.get $p) (local.get $l) (i32.const 256) (i32.const 64) (i32.const 512)))
+  (func (export "bomb")
+    (block (loop (br_if 1 (i32.eq (memory.grow (i32.const 1)) (i32.const -1))) (br 0)))
+    unreachable)
   (func (export "spin") (loop (br 0)))
   (func (export "answer") (result i32) (i32.const 42))
   (func (export "echo") (param i32) (result i32) (local.get 0)))
@@ -76,6 +87,9 @@ def _with_root(
             root = Path(tmp)
             (root / "uploads").mkdir()
             (root / "other").mkdir()
+            (root / "other" / "secret.txt").write_text("secret")
+            (root / "uploads" / "link").symlink_to("../other")
+            (root / "uploads" / "inside.txt").write_text("inside")
             (root / "guest.wasm").write_bytes(wasmtime.wat2wasm(_GUEST))
             (root / "old.wasm").write_bytes(wasmtime.wat2wasm(_OLD_WASI))
             asyncio.run(body(make, root))
@@ -199,6 +213,76 @@ async def _denied_import_never_reaches_adapter(make: MakeSandbox, root: Path) ->
         await sb.dispose()
 
 
+async def _escapes_from_a_preopen_fail(make: MakeSandbox, root: Path) -> None:
+    sb = await make(
+        wasm_module_path=root / "guest.wasm", policy=_policy(root, fs=["rw:./uploads/*"])
+    )
+    try:
+        # fd 3 is the only preopen (/uploads); `other/` sits beside it in the plugin root.
+        assert await sb.call("open_read", 192, 10, 0) == 0, "a file inside could not be opened"
+        assert await sb.call("open_read", 128, 19, 0) != 0, "`..` left the preopen"
+        for follow in (0, 1):
+            errno = await sb.call("open_read", 160, 15, follow)
+            assert errno != 0, "a symlink inside the preopen reached a file outside it"
+    finally:
+        await sb.dispose()
+
+
+async def _out_of_range_pointers_get_fault(make: MakeSandbox, root: Path) -> None:
+    secrets = DictSecrets({"API_KEY": "k"})
+    sb = await make(
+        wasm_module_path=root / "guest.wasm",
+        policy=_policy(root, secrets=[{"name": "API_KEY"}]),
+        proxies=Adapters(secrets=secrets),
+    )
+    try:
+        for ptr, length in [(65530, 100), (-1, 7), (0, -1), (2**31 - 1, 1)]:
+            assert await sb.call("secret_at", ptr, length) == 21, (ptr, length)  # FAULT
+        assert secrets.requested == [], "an out-of-range name reached the adapter"
+        assert await sb.call("answer") == 42, "an out-of-range pointer broke the instance"
+    finally:
+        await sb.dispose()
+
+
+async def _memory_bomb_ends_with_memory_budget(make: MakeSandbox, root: Path) -> None:
+    metrics = InMemoryMetrics()
+    sb = await make(
+        wasm_module_path=root / "guest.wasm",
+        policy=_policy(root, budgets={"memoryMb": 2}),
+        metrics=metrics,
+    )
+    try:
+        try:
+            await asyncio.wait_for(sb.call("bomb"), timeout=_CPU_SCENARIO_TIMEOUT_S)
+        except SuaveplanError as exc:
+            assert exc.code == "BUDGET_EXCEEDED", exc.code
+            assert exc.details.get("budget") == "memoryMb", exc.details
+        else:
+            raise AssertionError("a guest growing without end returned")
+        assert (
+            metrics.value("plugin.budget_exceeded_total", plugin="conformance", budget="memoryMb")
+            == 1
+        ), "the memoryMb breach was not counted exactly once"
+    finally:
+        await sb.dispose()
+
+
+def _fds() -> int:
+    return sum(1 for _ in Path("/proc/self/fd").iterdir())
+
+
+async def _dispose_closes_preopen_descriptors(make: MakeSandbox, root: Path) -> None:
+    before = _fds()
+    sb = await make(
+        wasm_module_path=root / "guest.wasm", policy=_policy(root, fs=["./uploads/*", "./other/*"])
+    )
+    try:
+        assert _fds() > before, "the preopens hold no descriptor (is the sandbox in-process?)"
+    finally:
+        await sb.dispose()
+    assert _fds() == before, "dispose left preopen descriptors open"
+
+
 async def _dispose_idempotent(make: MakeSandbox, root: Path) -> None:
     sb = await make(wasm_module_path=root / "guest.wasm", policy=_policy(root, fs=["./uploads/*"]))
     await sb.dispose()
@@ -305,6 +389,13 @@ WASM_SCENARIOS: Final[tuple[Scenario[MakeSandbox], ...]] = (
         _with_root(_cpu_percent_ends_a_spinning_guest),
     ),
     Scenario("a budget breach ends the guest", _with_root(_breach_ends_the_guest)),
+    Scenario("a memory bomb ends with memoryMb", _with_root(_memory_bomb_ends_with_memory_budget)),
+    Scenario("`..` and symlink escapes fail", _with_root(_escapes_from_a_preopen_fail)),
+    Scenario("out-of-range pointers get FAULT", _with_root(_out_of_range_pointers_get_fault)),
+    Scenario(
+        "dispose closes every preopen descriptor",
+        _with_root(_dispose_closes_preopen_descriptors),
+    ),
     Scenario("ill-typed arguments are refused", _with_root(_ill_typed_arguments_refused)),
     Scenario("dispose is idempotent", _with_root(_dispose_idempotent)),
 )
