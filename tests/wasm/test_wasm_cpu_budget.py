@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +13,8 @@ import pytest
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.wasm import _cpu, create_wasm_sandbox
+from suaveplan_sandbox.permissions._budget import DEFAULT_CPU_WINDOW_S
+from suaveplan_sandbox.wasm import _cpu, _engine, create_wasm_sandbox
 
 SPIN_WAT = """
 (module
@@ -40,11 +42,16 @@ async def test_infinite_loop_under_cpu_percent_ends_with_cpu_budget(
         policy=policy(root, {"cpuPercent": 20, "wallClockMs": 600_000}),
         metrics=metrics,
     ) as sb:
+        began = time.monotonic()
         with pytest.raises(SuaveplanError) as info:
             await sb.call("spin")
+        took = time.monotonic() - began
         assert info.value.code == "BUDGET_EXCEEDED"
         assert info.value.details["budget"] == "cpuPercent"
         assert info.value.details["limit"] == 20
+        # Judged once the tracker's window is full, at the first tick after: the window plus
+        # one tick (and scheduling slack on a loaded machine).
+        assert DEFAULT_CPU_WINDOW_S <= took <= DEFAULT_CPU_WINDOW_S + _engine.TICK_S + 0.5, took
         assert _budget_count(metrics, "cpuPercent") == 1
         assert _budget_count(metrics, "wallClockMs") == 0
         # A breach ends the guest: a later call is refused, and the breach is not recounted.
