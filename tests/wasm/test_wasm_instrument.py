@@ -659,3 +659,21 @@ def test_items_before_ours_in_every_index_space_keep_their_indices() -> None:
     assert original[0] == (42 + 1 + 1000 + 6 + 0x67 + 2, 5)
     assert original[1][0] == 42 + 1 + 1000 + 80 + 0x67 - 1  # 40 more pages: refused
     assert refused == 1
+
+
+def test_a_rewrite_wasmtime_refuses_falls_back_to_the_original_judged_by_inference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A walker bug (never the guest's doing): the rewritten bytes do not compile.
+    # A trailing custom section makes bytes no other test has put in the module cache.
+    name = b"suaveplan-test-rejected-rewrite"
+    wasm = _wasm(GROW_WAT.format(max="")) + b"\x00" + _leb(len(name) + 1) + _leb(len(name)) + name
+    broken = Instrumented(wasm=b"\0asm\x01\0\0\0\x01\x01", declared_max_pages=None, grows=2)
+    monkeypatch.setattr(_engine, "instrument", lambda _: broken)
+    module = _engine.load_module(wasm)
+    outcome = _engine.grow_instrumentation(module)
+    assert isinstance(outcome, NotInstrumented) and outcome.reason is Skip.REJECTED
+    assert REFUSALS_EXPORT not in {e.name for e in module.exports}  # the original runs
+    store = _store(None)
+    grow = wasmtime.Instance(store, module, []).exports(store)["grow"]
+    assert isinstance(grow, wasmtime.Func) and grow(store, 1) == 1
