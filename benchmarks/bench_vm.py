@@ -199,23 +199,23 @@ def _cpu_of(pid: int) -> float:
 
 
 class _Cpu:
-    """CPU per call of this process (the host) and of a peer, summed over measured rounds."""
+    """CPU per call of this process (the host) and of a peer, one sample per measured round;
+    the median of the rounds, like every other figure here (one disturbed round is noise)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.host = self.peer = 0.0
-        self.calls = 0
+        self.host: list[float] = []
+        self.peer: list[float] = []
 
     async def run(self, batch: Awaitable[float], n: int) -> float:
         host, peer = time.process_time(), _cpu_of(self.pid)
         wall = await batch
-        self.host += time.process_time() - host
-        self.peer += _cpu_of(self.pid) - peer
-        self.calls += n
+        self.host.append((time.process_time() - host) / n)
+        self.peer.append((_cpu_of(self.pid) - peer) / n)
         return wall
 
     def per_call(self) -> tuple[float, float]:
-        return self.host / self.calls, self.peer / self.calls
+        return statistics.median(self.host), statistics.median(self.peer)
 
 
 def _bare_fork() -> None:
