@@ -3,7 +3,9 @@
 The check is a pure function of the sources and their names, so a bundle that passed is
 remembered by its content digest (`_CHECKED`): creating many sandboxes of one plugin reads
 its files each time but parses and checks them once. Any change to a file changes the
-digest and is checked afresh.
+digest and is checked afresh. The digest covers every module's name, file name, source and
+kind, and whether the interpreter layer applies, the only input of the check besides the
+module constants of `_policy`; a new option that changes the verdict must join it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import final
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest._policy import (
@@ -27,11 +29,6 @@ from suaveplan_sandbox.vm._guest._policy import (
 _MAX_SOURCE = 4 * 1024 * 1024
 
 _ACCEPTED_KINDS = (".py file", "package folder with __init__.py")
-# Bundles that passed the checks, by digest (which covers every name, file name, source and
-# the interpreter-layer flag); oldest dropped first past the bound.
-_CHECKED_MAX: Final = 256
-_CHECKED: dict[str, PluginBundle] = {}
-_CHECKED_LOCK: Final = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +103,53 @@ class PluginBundle:
         if _digest(modules, layer) != digest or entry not in {m.name for m in modules}:
             raise bad
         return cls(name=name, digest=digest, entry=entry, modules=modules, interpreter_layer=layer)
+
+
+@final
+class _CheckedBundles:
+    """Bundles that passed the checks, by digest: at most `max_entries` of them holding at
+    most `max_chars` of names and source in all (a bigger bundle is never kept); the least
+    recently used go first."""
+
+    def __init__(self, *, max_entries: int, max_chars: int) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._bundles: dict[str, tuple[PluginBundle, int]] = {}
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._bundles)
+
+    @property
+    def chars(self) -> int:
+        return self._chars
+
+    def get(self, digest: str) -> PluginBundle | None:
+        with self._lock:
+            hit = self._bundles.pop(digest, None)
+            if hit is None:
+                return None
+            self._bundles[digest] = hit  # most recently used: last
+            return hit[0]
+
+    def add(self, bundle: PluginBundle) -> None:
+        size = sum(len(m.name) + len(m.filename) + len(m.source) for m in bundle.modules)
+        if size > self.max_chars:
+            return
+        with self._lock:
+            if bundle.digest in self._bundles:
+                return
+            while self._bundles and (
+                len(self._bundles) >= self.max_entries or self._chars + size > self.max_chars
+            ):
+                _, dropped = self._bundles.pop(next(iter(self._bundles)))
+                self._chars -= dropped
+            self._bundles[bundle.digest] = (bundle, size)
+            self._chars += size
+
+
+_CHECKED = _CheckedBundles(max_entries=256, max_chars=64 * 1024 * 1024)
 
 
 def _digest(modules: tuple[PluginModule, ...], interpreter_layer: bool = True) -> str:
@@ -214,8 +258,7 @@ def load_plugin(
     layer = not _without_interpreter_layer
     mods = tuple(modules)
     digest = _digest(mods, layer)
-    with _CHECKED_LOCK:
-        cached = _CHECKED.get(digest)
+    cached = _CHECKED.get(digest)
     if cached is not None:
         return cached
     if layer:
@@ -225,10 +268,7 @@ def load_plugin(
     bundle = PluginBundle(
         name=top, digest=digest, entry=entry, modules=mods, interpreter_layer=layer
     )
-    with _CHECKED_LOCK:
-        while len(_CHECKED) >= _CHECKED_MAX:
-            del _CHECKED[next(iter(_CHECKED))]
-        _CHECKED[digest] = bundle
+    _CHECKED.add(bundle)
     return bundle
 
 
