@@ -255,6 +255,7 @@ def load_plugin(
             "plugin path is not a .py file or a package folder with __init__.py",
             {"file": str(path), "accepted": list(_ACCEPTED_KINDS)},
         )
+    _check_names(modules)
     layer = not _without_interpreter_layer
     mods = tuple(modules)
     digest = _digest(mods, layer)
@@ -298,6 +299,33 @@ def _read(file: Path) -> str:
     data = file.read_bytes()
     if len(data) > _MAX_SOURCE:
         raise SuaveplanError(
-            "SAND_VM_SYNTAX_FORBIDDEN", "plugin source too large", {"file": file.name}
+            "SAND_VM_SYNTAX_FORBIDDEN", "plugin source too large", {"file": _shown(file.name)}
         )
-    return data.decode("utf-8")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SuaveplanError(
+            "SAND_VM_SYNTAX_FORBIDDEN",
+            "plugin source is not UTF-8",
+            {"file": _shown(file.name), "line": data.count(b"\n", 0, exc.start) + 1},
+        ) from None
+
+
+def _shown(name: str) -> str:
+    """A file name as text that encodes (undecodable bytes replaced), for error details."""
+    return os.fsencode(name).decode("utf-8", "replace")
+
+
+def _check_names(modules: list[PluginModule]) -> None:
+    """Module and file names must be text (a name from undecodable bytes can be neither
+    hashed nor sent to the worker, nor imported)."""
+    for m in modules:
+        try:
+            m.name.encode()
+            m.filename.encode()
+        except UnicodeEncodeError:
+            raise SuaveplanError(
+                "SAND_INVALID_ARGUMENT",
+                "plugin file name is not UTF-8",
+                {"file": _shown(m.filename)},
+            ) from None
