@@ -23,7 +23,7 @@ PLUGIN = "def f():\n    return 1\n"
 
 def _fds(pid: int) -> dict[int, str]:
     base = f"/proc/{pid}/fd"
-    return {int(n): os.readlink(f"{base}/{n}") for n in os.listdir(base)}  # noqa: PTH208
+    return {int(n): os.readlink(f"{base}/{n}") for n in os.listdir(base)}
 
 
 async def _sandbox(tmp_path: Path, budgets: dict[str, int] | None = None) -> VmSandbox:
