@@ -1,0 +1,91 @@
+"""Which budgets need the host's process sampling, and that each is still enforced now that
+the psutil handle is opened only for a CPU/RSS budget (229705d)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.metrics import BUDGET_EXCEEDED, InMemoryMetrics
+from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
+
+SOURCE = """
+def spin():
+    while True:
+        pass
+
+
+def hold(mb):
+    data = bytearray(mb * 1024 * 1024)  # zero-filled: every page resident
+    while True:
+        data[0] = 1
+"""
+
+
+async def _create(tmp: Path, budgets: dict[str, int], metrics: InMemoryMetrics) -> VmSandbox:
+    (tmp / "p.py").write_text(SOURCE)
+    policy = PermissionPolicy.from_manifest(
+        {"name": "sampling", "permissions": {"budgets": budgets}}, root=tmp
+    )
+    return await create_vm_sandbox(plugin_module_path=tmp / "p.py", policy=policy, metrics=metrics)
+
+
+async def test_a_resident_set_over_memory_mb_below_the_rlimit_is_ended_by_the_sampler(
+    tmp_path: Path,
+) -> None:
+    # 160 MiB resident against memoryMb 64: far over the budget, but well within the
+    # address-space backstop (64 MiB + the interpreter slack), so no MemoryError ends it;
+    # only the host's RSS sample can, long before the wall clock would.
+    metrics = InMemoryMetrics()
+    sb = await _create(tmp_path, {"memoryMb": 64, "wallClockMs": 20_000}, metrics)
+    try:
+        with pytest.raises(SuaveplanError) as info:
+            await sb.call("hold", 160)
+        assert info.value.code == "BUDGET_EXCEEDED"
+        assert info.value.details["budget"] == "memoryMb"
+        assert sb.state == "crashed"
+        assert metrics.value(BUDGET_EXCEEDED.name, budget="memoryMb") == 1
+        assert metrics.value(BUDGET_EXCEEDED.name, budget="wallClockMs") == 0
+    finally:
+        await sb.dispose()
+
+
+async def test_wall_clock_alone_needs_no_process_handle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a CPU/RSS budget nothing samples the worker: the wall clock is the host's own
+    # timer, so it holds even where the process cannot be opened for sampling at all.
+    def unavailable(*_: object, **__: object) -> psutil.Process:
+        raise psutil.AccessDenied()
+
+    monkeypatch.setattr(psutil, "Process", unavailable)
+    metrics = InMemoryMetrics()
+    sb = await _create(tmp_path, {"wallClockMs": 200}, metrics)
+    try:
+        assert sb._proc is None
+        with pytest.raises(SuaveplanError) as info:
+            await sb.call("spin")
+        assert (info.value.code, info.value.details["budget"]) == (
+            "BUDGET_EXCEEDED",
+            "wallClockMs",
+        )
+        assert sb.state == "crashed"
+        assert metrics.value(BUDGET_EXCEEDED.name, budget="wallClockMs") == 1
+    finally:
+        await sb.dispose()
+
+
+@pytest.mark.parametrize("budgets", [{"memoryMb": 256}, {"cpuPercent": 50}])
+async def test_a_cpu_or_rss_budget_opens_the_process_for_sampling(
+    tmp_path: Path, budgets: dict[str, int]
+) -> None:
+    sb = await _create(tmp_path, budgets, InMemoryMetrics())
+    try:
+        assert sb._proc is not None
+        assert sb._proc.pid == sb.pid
+    finally:
+        await sb.dispose()
