@@ -30,6 +30,8 @@ _BOOTSTRAP: Final = (
 
 
 _SEND_FAILED: Final = "send"
+# Digests believed loaded in the zygote, a hint bounded like the zygote's own cache.
+_LOADED_HINTS: Final = 1024
 
 
 def _failed(why: str, cause: BaseException | None = None) -> SuaveplanError:
@@ -184,29 +186,37 @@ class ForkServer:
         probe: bool,
         lifeline: int | None,
     ) -> int:
+        fds = [worker_sock.fileno()] + ([lifeline] if lifeline is not None else [])
         with self._lock:
             ctl = self._ensure()
-            if bundle.digest not in self._loaded:
-                rep = self._request(ctl, {"op": "load", "bundle": bundle.to_wire()}, [])
-                if rep.get("op") != "loaded":
-                    raise _failed(str(rep.get("why", "load")))
-                self._loaded.add(bundle.digest)
-            rep = self._request(
-                ctl,
-                {
+            for attempt in range(2):
+                if attempt or bundle.digest not in self._loaded:
+                    self._load(ctl, bundle)
+                req = {
                     "op": "fork",
                     "digest": bundle.digest,
                     "rlimits": list(rlimits),
                     "require": list(require),
                     "probe": probe,
-                },
-                [worker_sock.fileno()] + ([lifeline] if lifeline is not None else []),
-            )
-            if rep.get("op") != "forked":
-                raise _failed(str(rep.get("why", "fork")))
+                }
+                rep = self._request(ctl, req, fds)
+                if rep.get("op") == "forked":
+                    break
+                # The zygote dropped it (it keeps the most recently used only): load it again.
+                if attempt or rep.get("why") != "unknown-digest":
+                    raise _failed(str(rep.get("why", "fork")))
+                self._loaded.discard(bundle.digest)
             pid = int(rep["pid"])
             self.live.add(pid)
             return pid
+
+    def _load(self, ctl: socket.socket, bundle: PluginBundle) -> None:
+        rep = self._request(ctl, {"op": "load", "bundle": bundle.to_wire()}, [])
+        if rep.get("op") != "loaded":
+            raise _failed(str(rep.get("why", "load")))
+        if len(self._loaded) >= _LOADED_HINTS:
+            self._loaded.clear()  # only a hint of what the zygote holds: a miss reloads
+        self._loaded.add(bundle.digest)
 
     def fork_bare(self, sock: socket.socket) -> int:
         """Benchmark baseline: fork a child that writes one byte on `sock` and waits for EOF."""

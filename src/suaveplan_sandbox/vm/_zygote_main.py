@@ -1,7 +1,10 @@
 """Fork server (zygote) entry point: `python -I -S -c <bootstrap> <sys.path json>`.
 
 Single-threaded. Reads requests from the control SEQPACKET socket (fd 3 in its argv):
-`load` caches a compiled bundle by digest; `fork` (with one socket fd via SCM_RIGHTS) forks a
+`load` caches a compiled bundle by digest (the `_MAX_COMPILED` most recently used: a
+long-lived host cycling through plugin versions must not grow the zygote, and with it
+every fork's page tables, without bound; a `fork` of a dropped digest is answered
+`unknown-digest` and the host loads it again); `fork` (with one socket fd via SCM_RIGHTS) forks a
 worker that hardens itself, keeps only that fd and serves calls; `bare` forks a child that only
 writes one byte (the benchmark's baseline for a fork through this server); `ping` answers its
 pid. A request that is malformed in any way (bytes, shape, fields, fds) is answered
@@ -53,6 +56,7 @@ from suaveplan_sandbox.vm._hardening import (
 from suaveplan_sandbox.vm._worker_loop import serve
 
 _MAX_REQUEST = 8 * 1024 * 1024
+_MAX_COMPILED: Final = 128
 _SIGCHLD: Final = int(signal.SIGCHLD)
 
 
@@ -184,8 +188,10 @@ def _dispatch(  # noqa: PLR0917
             raise _BadRequest("unexpected-fds", req_id)
         try:
             bundle = PluginBundle.from_wire(req.get("bundle"))
-            if bundle.digest not in cache:
-                cache[bundle.digest] = compile_bundle(bundle)
+            compiled = cache.pop(bundle.digest, None) or compile_bundle(bundle)
+            cache[bundle.digest] = compiled  # most recently used: last
+            while len(cache) > _MAX_COMPILED:
+                del cache[next(iter(cache))]
         except SuaveplanError as exc:
             raise _BadRequest(f"bundle:{exc.code}", req_id) from exc
         _send(ctl, {"op": "loaded", "id": req_id})
@@ -198,9 +204,10 @@ def _dispatch(  # noqa: PLR0917
         job = None
         if op == "fork":
             digest, rl, require = req.get("digest"), req.get("rlimits"), req.get("require")
-            compiled = cache.get(digest) if type(digest) is str else None
-            if compiled is None:
+            hit = cache.pop(digest, None) if isinstance(digest, str) else None
+            if hit is None:
                 raise _BadRequest("unknown-digest", req_id)
+            cache[hit.digest] = hit  # most recently used: last
             if (
                 type(rl) is not list
                 or len(rl) != 2
@@ -210,7 +217,7 @@ def _dispatch(  # noqa: PLR0917
             ):
                 raise _BadRequest("bad-fork-fields", req_id)
             job = _Worker(
-                compiled=compiled,
+                compiled=hit,
                 rlimits=RlimitSettings(address_space_bytes=rl[0], cpu_seconds=rl[1]),
                 require=tuple(require),
                 keep_fds=(fds[0], lifeline) if lifeline >= 0 else (fds[0],),
