@@ -482,10 +482,54 @@ class CompiledBundle:
     interpreter_layer: bool = True
 
 
+def _shared_builtins() -> dict[str, object]:
+    """The builtins every guest gets, less the ones bound to its runtime (`print`,
+    `__import__`, the `suaveplan` facade)."""
+    b: dict[str, object] = {n: getattr(_b, n) for n in _SAFE_BUILTINS}
+    for name in dir(_b):
+        v = getattr(_b, name)
+        if isinstance(v, type) and issubclass(v, BaseException) and not name.startswith("_"):
+            b[name] = v
+    b.update(
+        {
+            "getattr": _g_getattr,
+            "hasattr": _g_hasattr,
+            "setattr": _g_setattr,
+            "delattr": _g_delattr,
+            "type": GuardedType,
+            "eval": _indirect,
+            "exec": _indirect,
+            "compile": _indirect,
+            DIRECT_EVAL: _direct_eval,
+            GUARD_FORMAT: _guarded_format,
+            "__build_class__": _build_class,
+            "__name__": "builtins",
+        }
+    )
+    return b
+
+
+# At most one builtins dict made by `prepare_worker_interpreter` in the fork server, for the
+# first runtime of the process to take as it is: a forked worker starts one runtime, and
+# building (or copying) the dict there touches every builtin's refcount, a copy-on-write
+# fault a page (~0.6 ms a worker). Taken, never shared: `list.pop` hands it to one runtime
+# only, and any other runtime builds its own. The zygote never runs guest code, so every
+# fork inherits it untouched.
+_PREBUILT_BUILTINS: list[dict[str, object]] = []
+
+
+def _take_shared_builtins() -> dict[str, object]:
+    try:
+        return _PREBUILT_BUILTINS.pop()
+    except IndexError:
+        return _shared_builtins()
+
+
 def prepare_worker_interpreter() -> None:
     """Fork-server-only, once before any fork: preload every allowlisted module's facade (a
-    worker under Landlock cannot open module files), guard Protocol checks and seal the
-    shared classes, so that no fork pays for it. Irreversible and process-wide."""
+    worker under Landlock cannot open module files), guard Protocol checks, seal the shared
+    classes and build the shared builtins, so that no fork pays for it. Irreversible and
+    process-wide."""
     if is_prepared():
         return
     for name in sorted(ALLOWED_MODULES - {"suaveplan"}):
@@ -493,6 +537,7 @@ def prepare_worker_interpreter() -> None:
     module_facade("urllib")
     install_protocol_guard()
     seal_shared_classes()
+    _PREBUILT_BUILTINS[:] = [_shared_builtins()]
 
 
 def compile_bundle(bundle: PluginBundle) -> CompiledBundle:
@@ -718,11 +763,12 @@ class GuestRuntime:
         )
 
     def _make_builtins(self) -> dict[str, object]:
-        b: dict[str, object] = {n: getattr(_b, n) for n in _SAFE_BUILTINS}
-        for name in dir(_b):
-            v = getattr(_b, name)
-            if isinstance(v, type) and issubclass(v, BaseException) and not name.startswith("_"):
-                b[name] = v
+        b = _take_shared_builtins()
+        b["print"] = self._make_print()
+        b["__import__"] = self._import
+        return b
+
+    def _make_print(self) -> Callable[..., None]:
         logf = self._log
 
         def print_(
@@ -737,30 +783,12 @@ class GuestRuntime:
             text = (sep if sep is not None else " ").join(str(a) for a in args)
             logf("info", text)
 
-        b.update(
-            {
-                "print": print_,
-                "getattr": _g_getattr,
-                "hasattr": _g_hasattr,
-                "setattr": _g_setattr,
-                "delattr": _g_delattr,
-                "type": GuardedType,
-                "eval": _indirect,
-                "exec": _indirect,
-                "compile": _indirect,
-                DIRECT_EVAL: _direct_eval,
-                GUARD_FORMAT: _guarded_format,
-                "__build_class__": _build_class,
-                "__import__": self._import,
-                "__name__": "builtins",
-            }
-        )
-        return b
+        return print_
 
     def _make_unrestricted_builtins(self) -> dict[str, object]:
         """Test-only (process-layer-alone run): the real builtins, as an escaped guest has."""
         b = dict(vars(_b))
-        b["print"] = self._make_builtins()["print"]
+        b["print"] = self._make_print()
         real_import = _b.__import__
 
         def import_(
@@ -839,12 +867,12 @@ class GuestRuntime:
         if self._started:
             return
         if self._compiled.interpreter_layer:
-            self._builtins = self._make_builtins()
             if hardening_was_applied() and not is_prepared():
                 # A worker forked by something other than our fork server (which prepares
                 # once, before forking): do it here. Irreversible and process-wide, so
                 # never in the host or a test process.
                 prepare_worker_interpreter()
+            self._builtins = self._make_builtins()
         else:
             self._log("warning", "in-interpreter layer OFF: test-only process-layer run")
             self._builtins = self._make_unrestricted_builtins()
