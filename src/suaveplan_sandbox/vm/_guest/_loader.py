@@ -11,8 +11,10 @@ module constants of `_policy`; a new option that changes the verdict must join i
 from __future__ import annotations
 
 import ast
+import errno
 import hashlib
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +210,11 @@ def load_plugin(
 ) -> PluginBundle:
     """Read and check a plugin.
 
+    The path the host names is followed if it is a link; inside a package folder nothing
+    may be one (a `.py` file or folder that is a link is SAND_INVALID_ARGUMENT, reason
+    `symlink`): the package's contents are the author's, and a link would have the host
+    read its own files into the plugin. Every source must be a regular file.
+
     `_without_interpreter_layer` is test-only (the escape corpus's process-layer-alone run):
     no AST or import check, and the worker runs the source with the real builtins (and logs
     a warning that it does). Only the escape corpus harness passes it; no public API, CLI
@@ -236,16 +243,23 @@ def load_plugin(
             is_pkg = parts[-1] == "__init__"
             if is_pkg:
                 parts = parts[:-1]
+            # The package's own contents: a link in it is the author's, not the host's, and
+            # would read a host file (a settings.py, a quoted .env) into the plugin.
+            if any((path / Path(*rel.parts[: i + 1])).is_symlink() for i in range(len(rel.parts))):
+                raise _unreadable(str(rel), "symlink")
+            source = _read(file, str(rel), follow=False)
             modules.append(
                 PluginModule(
-                    name=".".join(parts), filename=str(rel), source=_read(file), is_package=is_pkg
+                    name=".".join(parts), filename=str(rel), source=source, is_package=is_pkg
                 )
             )
         entry = top
     elif path.is_file() and path.suffix == ".py":
         top = path.stem
         modules.append(
-            PluginModule(name=top, filename=path.name, source=_read(path), is_package=False)
+            PluginModule(
+                name=top, filename=path.name, source=_read(path, path.name), is_package=False
+            )
         )
         entry = top
     else:
@@ -295,8 +309,31 @@ def check_plugin_module(m: PluginModule, known: set[str], top: str) -> ast.Modul
     return tree
 
 
-def _read(file: Path) -> str:
-    data = file.read_bytes()
+def _read(file: Path, shown: str, *, follow: bool = True) -> str:
+    """One plugin source: a regular file (never a FIFO or device, which could block or
+    never end), read up to one byte past the size bound. `follow=False`: the file itself
+    must not be a symbolic link (O_NOFOLLOW, so a link swapped in after the walk's check
+    is refused too). The plugin path the host names is followed."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(file, flags)
+    except OSError as exc:
+        raise _unreadable(
+            shown, "symlink" if exc.errno == errno.ELOOP and not follow else "unreadable"
+        ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _unreadable(shown, "not-a-regular-file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= _MAX_SOURCE and (chunk := os.read(fd, _MAX_SOURCE + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        raise _unreadable(shown, "unreadable") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
     if len(data) > _MAX_SOURCE:
         raise SuaveplanError(
             "SAND_VM_SYNTAX_FORBIDDEN", "plugin source too large", {"file": _shown(file.name)}
@@ -309,6 +346,14 @@ def _read(file: Path) -> str:
             "plugin source is not UTF-8",
             {"file": _shown(file.name), "line": data.count(b"\n", 0, exc.start) + 1},
         ) from None
+
+
+def _unreadable(shown: str, reason: str) -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_INVALID_ARGUMENT",
+        "plugin file cannot be used",
+        {"file": _shown(shown), "reason": reason},
+    )
 
 
 def _shown(name: str) -> str:
