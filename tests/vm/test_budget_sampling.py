@@ -89,3 +89,37 @@ async def test_a_cpu_or_rss_budget_opens_the_process_for_sampling(
         assert sb._proc.pid == sb.pid
     finally:
         await sb.dispose()
+
+
+@pytest.mark.parametrize("budgets", [{"memoryMb": 256}, {"cpuPercent": 50}])
+async def test_a_cpu_or_rss_budget_that_cannot_be_sampled_refuses_the_create(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budgets: dict[str, int]
+) -> None:
+    # Fail closed: a budget nothing can measure would be a budget in name only.
+    def unavailable(*_: object, **__: object) -> psutil.Process:
+        raise psutil.AccessDenied()
+
+    monkeypatch.setattr(psutil, "Process", unavailable)
+    with pytest.raises(SuaveplanError) as info:
+        await _create(tmp_path, budgets, InMemoryMetrics())
+    assert info.value.code == "SAND_VM_HARDENING_UNAVAILABLE"
+    assert info.value.details == {"layer": "budget-sampling", "why": "AccessDenied"}
+
+
+async def test_a_worker_that_becomes_unreadable_mid_call_ends_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sb = await _create(tmp_path, {"cpuPercent": 90, "wallClockMs": 5000}, InMemoryMetrics())
+    try:
+        assert sb._proc is not None
+
+        def unreadable() -> object:
+            raise psutil.AccessDenied()  # e.g. /proc remounted hidepid=2 under the host
+
+        monkeypatch.setattr(sb._proc, "oneshot", unreadable)
+        with pytest.raises(SuaveplanError) as info:
+            await sb.call("spin")
+        assert info.value.code == "SAND_VM_HARDENING_UNAVAILABLE"
+        assert sb.state == "crashed"
+    finally:
+        await sb.dispose()

@@ -188,6 +188,25 @@ def _crashed(why: str) -> SuaveplanError:
     return SuaveplanError("SAND_VM_WORKER_CRASHED", "the worker process died", {"why": why})
 
 
+def _sampling_unavailable(exc: psutil.Error) -> SuaveplanError:
+    """A CPU/RSS budget whose worker cannot be sampled is not enforced: fail closed."""
+    return SuaveplanError(
+        "SAND_VM_HARDENING_UNAVAILABLE",
+        "the worker's CPU time and RSS cannot be read, so its cpuPercent/memoryMb budget"
+        " cannot be enforced",
+        {"layer": "budget-sampling", "why": type(exc).__name__},
+    )
+
+
+def _sampled_process(pid: int) -> psutil.Process:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        raise _crashed("exited-during-create") from None
+    except psutil.Error as exc:
+        raise _sampling_unavailable(exc) from None
+
+
 @dataclass(eq=False, slots=True)
 class _Job:
     """One unit of worker time: a plugin call (`fut` set) or an event delivery (`fut` None)."""
@@ -632,8 +651,11 @@ class VmSandbox:
         except SuaveplanError as exc:
             self._crash(exc, count=False)
             return False
-        except psutil.Error:
-            return True
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return True  # the worker is gone: its socket's EOF ends the sandbox
+        except psutil.Error as exc:  # still there but unreadable: the budget is unenforced
+            self._crash(_sampling_unavailable(exc))
+            return False
         return True
 
     # -- events ---------------------------------------------------------------------------
@@ -791,8 +813,7 @@ async def create_vm_sandbox(
         sb._fd = host_end.fileno()
         sb._loop.add_reader(sb._fd, sb._on_readable)
         if sb._sampling:  # only the CPU/RSS sampler reads it; it costs /proc reads
-            with contextlib.suppress(psutil.Error):
-                sb._proc = psutil.Process(sb._pid)
+            sb._proc = _sampled_process(sb._pid)
         ready = await sb._ready
         sb._hardening = HardeningReport.from_wire(ready.hardening)
         sb._subscriptions = list(ready.subscriptions)
