@@ -44,7 +44,8 @@ CODES: Final = define_codes(
         "SAND_VM_WORKER_CRASHED": "The worker process died or broke protocol; the sandbox "
         "is ended.",
         "SAND_VM_HARDENING_UNAVAILABLE": "A required hardening layer (rlimits, no-new-privs, "
-        "Landlock, seccomp) is not available on this machine.",
+        "Landlock, seccomp), or the CPU/RSS sampling a cpuPercent or memoryMb budget needs "
+        "(`details.layer` `budget-sampling`), is not available on this machine.",
         "SAND_VM_FORK_SERVER_FAILED": "The fork server could not be started or restarted.",
         "SAND_VM_DISPOSED": "The sandbox was used after dispose().",
         # WASM host
