@@ -244,6 +244,17 @@ async def _out_of_range_pointers_get_fault(make: MakeSandbox, root: Path) -> Non
         await sb.dispose()
 
 
+async def _expect_breach(sb: Any, export: str, budget: str, what: str) -> None:
+    """`export` must end with BUDGET_EXCEEDED for `budget`; `what` says what went wrong."""
+    try:
+        await asyncio.wait_for(sb.call(export), timeout=_CPU_SCENARIO_TIMEOUT_S)
+    except SuaveplanError as exc:
+        assert exc.code == "BUDGET_EXCEEDED", exc.code
+        assert exc.details.get("budget") == budget, exc.details
+    else:
+        raise AssertionError(what)
+
+
 async def _memory_bomb_ends_with_memory_budget(make: MakeSandbox, root: Path) -> None:
     metrics = InMemoryMetrics()
     sb = await make(
@@ -252,13 +263,7 @@ async def _memory_bomb_ends_with_memory_budget(make: MakeSandbox, root: Path) ->
         metrics=metrics,
     )
     try:
-        try:
-            await asyncio.wait_for(sb.call("bomb"), timeout=_CPU_SCENARIO_TIMEOUT_S)
-        except SuaveplanError as exc:
-            assert exc.code == "BUDGET_EXCEEDED", exc.code
-            assert exc.details.get("budget") == "memoryMb", exc.details
-        else:
-            raise AssertionError("a guest growing without end returned")
+        await _expect_breach(sb, "bomb", "memoryMb", "a guest growing without end returned")
         assert (
             metrics.value("plugin.budget_exceeded_total", plugin="conformance", budget="memoryMb")
             == 1
@@ -304,13 +309,7 @@ async def _cpu_percent_ends_a_spinning_guest(make: MakeSandbox, root: Path) -> N
         metrics=metrics,
     )
     try:
-        try:
-            await asyncio.wait_for(sb.call("spin"), timeout=_CPU_SCENARIO_TIMEOUT_S)
-        except SuaveplanError as exc:
-            assert exc.code == "BUDGET_EXCEEDED", exc.code
-            assert exc.details.get("budget") == "cpuPercent", exc.details
-        else:
-            raise AssertionError("a guest spinning forever returned")
+        await _expect_breach(sb, "spin", "cpuPercent", "a guest spinning forever returned")
 
         def count(budget: str) -> float:
             return metrics.value(
@@ -339,13 +338,7 @@ async def _breach_ends_the_guest(make: MakeSandbox, root: Path) -> None:
         metrics=metrics,
     )
     try:
-        try:
-            await asyncio.wait_for(sb.call("spin"), timeout=_CPU_SCENARIO_TIMEOUT_S)
-        except SuaveplanError as exc:
-            assert exc.code == "BUDGET_EXCEEDED", exc.code
-            assert exc.details.get("budget") == "wallClockMs", exc.details
-        else:
-            raise AssertionError("a guest spinning forever returned")
+        await _expect_breach(sb, "spin", "wallClockMs", "a guest spinning forever returned")
         try:
             await sb.call("answer")
         except SuaveplanError as exc:
