@@ -5,9 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck pytest bench wasm-fixtures fuzz soak security-report docs clean
+.PHONY: run test lint typecheck pytest bench asan wasm-fixtures fuzz soak security-report docs clean
 
-$(STAMP): pyproject.toml
+# setup.py builds the optional C accelerator: a change to it or its source reinstalls.
+$(STAMP): pyproject.toml setup.py src/suaveplan_sandbox/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
@@ -35,6 +36,10 @@ typecheck: $(DEVSTAMP)
 
 bench: $(DEVSTAMP)
 	$(PY) -m benchmarks
+
+# The C accelerator rebuilt with AddressSanitizer and UBSan, run against its tests.
+asan: $(DEVSTAMP)
+	$(PY) scripts/asan_speedups.py
 
 # Longer fuzzing than the bounded run inside `make test`: FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 300

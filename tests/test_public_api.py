@@ -50,6 +50,7 @@ PINNED: dict[str, list[str]] = {
         "budget_error",
         "load_manifest",
         "parse_manifest",
+        "speedups_status",
     ],
     "suaveplan_sandbox.gateway": [
         "DEFAULT_MAX_READ_BYTES",

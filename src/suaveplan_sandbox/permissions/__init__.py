@@ -1,5 +1,6 @@
 """Manifest → policy → checker, and budgets. Pure: no I/O, no asyncio, no sandbox imports."""
 
+from suaveplan_sandbox.permissions._accel import speedups_status
 from suaveplan_sandbox.permissions._budget import BudgetTracker, budget_error
 from suaveplan_sandbox.permissions._checker import PermissionChecker
 from suaveplan_sandbox.permissions._clock import Clock, MonotonicClock
@@ -36,4 +37,5 @@ __all__ = [
     "budget_error",
     "load_manifest",
     "parse_manifest",
+    "speedups_status",
 ]

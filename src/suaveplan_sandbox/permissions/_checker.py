@@ -39,8 +39,8 @@ class PermissionChecker:
         self._metrics: MetricsSink = metrics if metrics is not None else InMemoryMetrics()
         self._secrets = frozenset(policy.secrets)
         # The policy is immutable: bind its two hottest matchers once.
-        self._fs_check = policy.fs.check
-        self._fetch_check = policy.fetch.check
+        self._fs_check = policy.fs.fast_check
+        self._fetch_check = policy.fetch.fast_check
 
     @property
     def policy(self) -> PermissionPolicy:

@@ -10,12 +10,13 @@ costs O(labels), not O(rules).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
 import ada_url
 
+from suaveplan_sandbox.permissions import _accel
 from suaveplan_sandbox.permissions._decision import (
     Allow,
     Deny,
@@ -254,7 +255,15 @@ _DENY_HOST: Final = Deny(capability="fetch", reason=DenyReason.HOST_NOT_IN_ALLOW
 class FetchRuleSet:
     """Compiled fetch rules: `check(url)` and `check_host(host, port)` for raw connects."""
 
-    __slots__ = ("_cache", "_exact", "_suffix", "_suffix_labels", "_suffix_most", "rules")
+    __slots__ = (
+        "_cache",
+        "_exact",
+        "_matcher",
+        "_suffix",
+        "_suffix_labels",
+        "_suffix_most",
+        "rules",
+    )
 
     def __init__(self, rules: Sequence[str]) -> None:
         self.rules: tuple[str, ...] = tuple(rules)
@@ -270,6 +279,29 @@ class FetchRuleSet:
         self._suffix_labels = frozenset(k.count(".") + 1 for k in self._suffix)
         self._suffix_most = max(self._suffix_labels, default=0)
         self._cache: dict[str, Allow | Deny] = {}
+        # The C twin of `check` over these same tables and memo, when it is built.
+        matcher = _accel.fetch_matcher()
+        self._matcher = (
+            None
+            if matcher is None
+            else matcher(
+                exact=self._exact,
+                suffix=self._suffix,
+                suffix_labels=self._suffix_labels,
+                cache=self._cache,
+                deny_invalid=_DENY_INVALID,
+                deny_scheme=_DENY_SCHEME,
+                deny_host=_DENY_HOST,
+                allow_type=Allow,
+                cache_entries=_CACHE_ENTRIES,
+                cached_chars=_CACHED_URL_CHARS,
+            )
+        )
+
+    @property
+    def fast_check(self) -> Callable[[object], Allow | Deny]:
+        """`check`, in C when the accelerator is built (same decisions, same memo)."""
+        return self.check if self._matcher is None else self._matcher.check
 
     def _select(self, host: str, is_ip: bool, port: int, http: bool) -> _Entry | bool:
         """The lowest-index rule granting host:port (an `http:` rule if `http`); else whether
@@ -304,6 +336,8 @@ class FetchRuleSet:
                 bucket = self._suffix.get(host[dot + 1 :])
 
     def check(self, url: object) -> Allow | Deny:
+        """The decision for `url`. This is the reference implementation; `fast_check` is the
+        same decision, in C when available."""
         # Decisions are a pure function of (rules, url) and immutable: memoise recent short URLs.
         if type(url) is not str:
             return _DENY_INVALID

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
+from suaveplan_sandbox.permissions import _accel
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason, new_allow
 
 MAX_PATH_BYTES: Final = 4096
@@ -168,6 +169,7 @@ class FsRuleSet:
         "_exact",
         "_first_glob",
         "_globs",
+        "_matcher",
         "_read_cache",
         "_root_globs",
         "_rules",
@@ -195,6 +197,33 @@ class FsRuleSet:
         # memo of recent short paths per mode is safe; guests tend to touch the same few files.
         self._read_cache: dict[str, Allow | Deny] = {}
         self._write_cache: dict[str, Allow | Deny] = {}
+        # The C twin of `check` over these same tables and memos, when it is built.
+        matcher = _accel.fs_matcher()
+        self._matcher = (
+            None
+            if matcher is None
+            else matcher(
+                exact=self._exact,
+                globs=self._globs,
+                root_globs=self._root_globs,
+                first_glob=self._first_glob,
+                read_cache=self._read_cache,
+                write_cache=self._write_cache,
+                denials=_DENIALS,
+                deny_mode=_DENY_MODE,
+                deny_outside=_DENY_OUTSIDE,
+                deny_invalid=_DENY_INVALID,
+                allow_type=Allow,
+                normalize=normalize_request_path,
+                cache_entries=_CACHE_ENTRIES,
+                cached_chars=_CACHED_PATH_CHARS,
+            )
+        )
+
+    @property
+    def fast_check(self) -> Callable[[object, object], Allow | Deny]:
+        """`check`, in C when the accelerator is built (same decisions, same memo)."""
+        return self.check if self._matcher is None else self._matcher.check
 
     def _decide(self, target: str, write: bool) -> Allow | Deny:
         """The decision for a normalised `target`: the lowest-index rule that matches it and
@@ -240,6 +269,8 @@ class FsRuleSet:
         return _DENY_MODE if matched else _DENY_OUTSIDE
 
     def check(self, path: object, mode: object = "read") -> Allow | Deny:
+        """The decision for `path` in `mode` ("read" or "write"). This is the reference
+        implementation; `fast_check` is the same decision, in C when available."""
         if mode == "read":
             write = False
             cache = self._read_cache
