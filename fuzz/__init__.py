@@ -1,8 +1,9 @@
-"""Coverage-guided fuzz targets (atheris) for the frame decoder, the URL check and the SQL gate.
+"""Coverage-guided fuzz targets (atheris): frame decoder, URL check, fs check (C against
+Python) and SQL gate.
 
-`python -m fuzz [--seconds N] [--targets frame_decoder,url_check,sql_gate] [--json]` runs each
-target in its own interpreter (see `fuzz._runner`); `make fuzz` runs it for longer, and
-`tests/fuzz/test_fuzz_bounded.py` runs a few seconds of each in CI. Seed corpora come from
+`python -m fuzz [--seconds N] [--targets frame_decoder,url_check,fs_check,sql_gate] [--json]`
+runs each target in its own interpreter (see `fuzz._runner`); `make fuzz` runs it for longer,
+and `tests/fuzz/test_fuzz_bounded.py` runs a few seconds of each in CI. Seed corpora come from
 `tests/vectors/`; crash inputs land in `build/fuzz/<target>/`. A crash that is a real bug
 becomes a row in `tests/vectors/` marked `"source": "found by fuzzing"`, next to its fix.
 Reproduce one with `python -m fuzz.<target> build/fuzz/<target>/crash-…` (libFuzzer runs the

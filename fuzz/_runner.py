@@ -29,6 +29,7 @@ from fuzz._target import DEEP_ENV, REPO_ROOT, SEEDS_ENV
 TARGETS: Final[Mapping[str, str]] = {
     "frame_decoder": "fuzz.frame_decoder",
     "url_check": "fuzz.url_check",
+    "fs_check": "fuzz.fs_check",
     "sql_gate": "fuzz.sql_gate",
 }
 DEFAULT_BUILD_DIR: Final = REPO_ROOT / "build" / "fuzz"
