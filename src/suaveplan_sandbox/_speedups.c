@@ -459,6 +459,11 @@ FsMatcher_check(FsMatcher *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     if (!PyUnicode_CheckExact(path)) {
         return Py_NewRef(self->deny_invalid);
     }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(path) < 0) { /* 3.11: a legacy string's canonical form */
+        return NULL;
+    }
+#endif
     PyObject *hit = PyDict_GetItemWithError(cache, path);
     if (hit != NULL) {
         return Py_NewRef(hit);
@@ -874,6 +879,11 @@ FetchMatcher_check(FetchMatcher *self, PyObject *url)
     if (!PyUnicode_CheckExact(url)) {
         return Py_NewRef(self->deny_invalid);
     }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(url) < 0) {
+        return NULL;
+    }
+#endif
     PyObject *hit = PyDict_GetItemWithError(self->cache, url);
     if (hit != NULL) {
         return Py_NewRef(hit);
