@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -500,3 +501,41 @@ def test_c_checks_leak_no_memory() -> None:
         tracemalloc.stop()
     # 5 x 12,000 checks: a leaked decision or string per check would be megabytes.
     assert grown < 64 * 1024, grown
+
+
+def test_c_checks_from_many_threads_agree_with_the_reference() -> None:
+    # The blocking facades and WASM adapters call one checker from several threads.
+    fs, fs_ref = _pair_fs(["./uploads/*", "rw:./data/*.json", "./a*/b"])
+    fetch, fetch_ref = _pair_fetch(["*.example.com", "http:api.other.org"])
+    paths = [f"./{d}/{i}/x.json" for i in range(500) for d in ("uploads", "data", "ax", "..")]
+    urls = [
+        f"{s}://h{i}.{h}/p"
+        for i in range(500)
+        for s in ("https", "http")
+        for h in (
+            "example.com",
+            "api.other.org",
+            "evil.com",
+        )
+    ]
+    want_fs = [fs_ref.check(p, m) for p in paths for m in ("read", "write")]
+    want_fetch = [fetch_ref.check(u) for u in urls]
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(3):
+                got_fs = [fs.fast_check(p, m) for p in paths for m in ("read", "write")]
+                assert got_fs == want_fs
+                assert [fetch.fast_check(u) for u in urls] == want_fetch
+                fs._read_cache.clear()  # races with the other threads' memo inserts
+                fetch._cache.clear()
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
