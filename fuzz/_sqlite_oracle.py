@@ -17,6 +17,7 @@ statement that reads the real table fails there with `no such table`.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from typing import Final
 
@@ -59,6 +60,27 @@ def _fold(name: str) -> str:
     return name.translate(_ASCII_LOWER)
 
 
+class _AllNone(dict[str, object]):
+    """Binds every named or numbered parameter (`:a`, `@a`, `$a`, `?1`) to NULL."""
+
+    def __missing__(self, key: str) -> object:
+        return None
+
+
+_NAMED_OR_NUMBERED = re.compile(r"[:@$][A-Za-z_]|\?\d")
+_BARE = re.compile(r"\?(?!\d)")
+_STRING = re.compile(r"'[^']*'")
+
+
+def null_bindings(sql: str, count: int) -> tuple[object, ...] | dict[str, object]:
+    """NULL for every parameter of `sql`: a mapping for named and numbered placeholders (a
+    sequence for them is deprecated since 3.12 and an error from 3.14), else `count` NULLs."""
+    text = _STRING.sub("", sql)
+    if _NAMED_OR_NUMBERED.search(text) and not _BARE.search(text):
+        return _AllNone()
+    return (None,) * count
+
+
 def _run(conn: sqlite3.Connection, sql: str) -> sqlite3.Error | None:
     steps = 0
 
@@ -69,7 +91,7 @@ def _run(conn: sqlite3.Connection, sql: str) -> sqlite3.Error | None:
 
     conn.set_progress_handler(progress, 100)
     try:
-        conn.execute(sql, (None,) * sql.count("?"))
+        conn.execute(sql, null_bindings(sql, sql.count("?")))
     except sqlite3.Error as exc:
         return exc
     except (ValueError, OverflowError):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fuzz._sqlite_oracle import violations
+from fuzz._sqlite_oracle import null_bindings, violations
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
 from suaveplan_sandbox.permissions._sql_gate import (
     POSTGRES_SAFE_FUNCTIONS,
@@ -220,22 +220,7 @@ def test_sqlite_engine_touches_only_prefixed_tables_for_allowed_vectors(
     sql = case["sql"]
     assert violations(sql, case["prefix"]) == []
     conn = _database_for(SqlGate(case["prefix"]), sql)
-    conn.execute(sql, _bindings(sql, _bindings_needed(conn, sql)))
-
-
-class _AllNone(dict[str, object]):
-    """Binds every named parameter (`:a`, `@a`, `$a`) to NULL."""
-
-    def __missing__(self, key: str) -> object:
-        return None
-
-
-def _bindings(sql: str, count: int) -> tuple[object, ...] | dict[str, object]:
-    # Named placeholders need a mapping: a sequence for them is deprecated since 3.12 and an
-    # error from 3.14. A statement mixing both spellings binds neither way, so none of the
-    # vectors does.
-    named = re.search(r"[:@$][A-Za-z_]", re.sub(r"'[^']*'", "", sql)) is not None
-    return _AllNone() if named and count else (None,) * count
+    conn.execute(sql, null_bindings(sql, _bindings_needed(conn, sql)))
 
 
 def test_engine_authorizer_sees_the_table_the_parser_sees_in_a_cte_body() -> None:
