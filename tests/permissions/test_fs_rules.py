@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
 from suaveplan_sandbox.permissions._fs_rules import (
     FsRuleError,
     FsRuleSet,
     Preopen,
+    _glob_or_directory,
     normalize_request_path,
 )
+from suaveplan_sandbox.permissions._glob import compile_glob
 
 _VECTORS = json.loads(
     (Path(__file__).parent.parent / "vectors" / "paths.json").read_text(encoding="utf-8")
@@ -160,3 +165,54 @@ def test_many_rules_do_not_change_decisions() -> None:
     assert rules.check("x/y/z.json").allowed
     assert rules.check("exact").allowed
     assert not rules.check("exact/a").allowed
+
+
+# -- glob matching without backtracking ------------------------------------------------------
+
+
+def _regex_model(pattern: str) -> re.Pattern[str]:
+    """The regex translation the rules used before `_glob` (correct, but it backtracks)."""
+    parts = [re.escape(p) for p in pattern.split("*")]
+    if pattern == "*":
+        return re.compile(r"(?:\.|.*)", re.DOTALL)
+    if pattern.endswith("/*"):
+        return re.compile(".*".join(parts[:-1])[: -len(re.escape("/"))] + r"(?:/.*)?", re.DOTALL)
+    return re.compile(".*".join(parts), re.DOTALL)
+
+
+# The shapes that reach a glob test: a `*` somewhere, and `dir/*` only with another `*`.
+_GLOB_TEXT = st.text(alphabet="ab/.*", min_size=1, max_size=10).filter(
+    lambda p: "*" in p and not (p.endswith("/*") and "*" not in p[:-2])
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_GLOB_TEXT, st.lists(st.text(alphabet="ab/.", max_size=12), max_size=8))
+def test_glob_matcher_agrees_with_the_regex_translation(pattern: str, targets: list[str]) -> None:
+    matcher = _glob_or_directory(pattern) if pattern.endswith("/*") else compile_glob(pattern)
+    for target in [*targets, ".", pattern.replace("*", ""), pattern.replace("*", "ab")]:
+        want = _regex_model(pattern).fullmatch(target) is not None
+        assert (matcher(target) is not None) == want, (pattern, target)
+
+
+@pytest.mark.timeout(60)  # a hang detector: with backtracking this takes hours
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "./" + "*" * 200 + "x/*",
+        "./" + "/".join(["*a" * 100] * 4) + "*/z",  # 400 stars over four segments
+        "rw:./" + "a*" * 120 + "b",
+    ],
+)
+def test_star_heavy_rules_decide_long_paths_without_backtracking(rule: str) -> None:
+    from suaveplan_sandbox.permissions import _accel
+
+    target = "a/" * 1900 + "c"  # about 3.8 KB, just inside the path limit
+    with _accel.pure_python():
+        slow = FsRuleSet([rule])
+    fast = FsRuleSet([rule])
+    for rules in (slow.check, fast.fast_check):
+        for mode in ("read", "write"):
+            assert rules(target, mode) == Deny(
+                capability="fs", reason=DenyReason.PATH_NOT_IN_ALLOWLIST
+            )

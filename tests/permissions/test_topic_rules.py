@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from suaveplan_sandbox.permissions._topic_rules import TopicRuleSet, topic_matches
+from suaveplan_sandbox.permissions._topic_rules import (
+    MAX_TOPIC_LENGTH,
+    TopicRuleSet,
+    topic_matches,
+)
 
 
 def test_exact_topics_match_only_themselves() -> None:
@@ -43,3 +48,15 @@ def test_matching_agrees_with_fnmatch_star_semantics(pattern: str, topic: str) -
 
     reference = re.fullmatch(fnmatch.translate(pattern), topic)
     assert topic_matches(pattern, topic) == (reference is not None)
+
+
+@pytest.mark.timeout(60)  # a hang detector: a backtracking regex takes hours on these
+@pytest.mark.parametrize(
+    "rule", ["*a" * 100 + "*b*", "*" * 200 + "x", "a*" * 100 + "c", "*a" * 120 + "*c"]
+)
+def test_star_heavy_topic_rules_decide_long_topics_without_backtracking(rule: str) -> None:
+    assert len(rule) <= MAX_TOPIC_LENGTH
+    topic = "a" * 255 + "."  # at the length limit; ends in none of the rules' tails
+    assert TopicRuleSet([rule]).match(topic) is None
+    assert topic_matches(rule, topic) is False
+    assert topic_matches(rule, rule.replace("*", "")) is True  # every literal, nothing else

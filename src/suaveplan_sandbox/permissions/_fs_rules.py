@@ -9,13 +9,13 @@ the first `*`), so a check costs O(path depth), not O(rules).
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
 from suaveplan_sandbox.permissions import _accel
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason, new_allow
+from suaveplan_sandbox.permissions._glob import compile_glob
 
 MAX_PATH_BYTES: Final = 4096
 MAX_SEGMENT_BYTES: Final = 255
@@ -86,9 +86,19 @@ class _Rule:
     pattern: str  # normalised, root-relative ("." for the root)
     writable: bool
     glob: bool  # `pattern` has a `*`; otherwise the rule is an exact match on it
-    # The glob's full-match regex; None for exact rules and for `dir/*` subtrees, which need
-    # none (see `_entry`). Skipping `re.compile` for them keeps large policies cheap to build.
-    regex: re.Pattern[str] | None
+    # The glob's full-match test; None for exact rules and for `dir/*` subtrees, which need
+    # none (see `_entry`).
+    fullmatch: Callable[[str], object] | None
+
+
+def _glob_or_directory(pattern: str) -> Callable[[str], object]:
+    """`a*/*`: the directories `a*` matches as well as everything beneath them."""
+    beneath, itself = compile_glob(pattern), compile_glob(pattern[:-2])
+
+    def fullmatch(target: str) -> object:
+        return itself(target) or beneath(target)
+
+    return fullmatch
 
 
 def _is_subtree(pattern: str) -> bool:
@@ -118,14 +128,9 @@ def _compile_rule(index: int, text: object) -> _Rule:
         return _Rule(index, text, pattern, writable, False, None)
     if _is_subtree(pattern):
         return _Rule(index, text, pattern, writable, True, None)
-    parts = [re.escape(p) for p in pattern.split("*")]
-    source = ".*".join(parts)
-    if pattern == "*":
-        source = r"(?:\.|.*)"  # `./*` grants the root itself too
-    elif pattern.endswith("/*"):
-        # `a*/*` grants the directories `a*` match as well as everything beneath them.
-        source = ".*".join(parts[:-1])[: -len(re.escape("/"))] + r"(?:/.*)?"
-    return _Rule(index, text, pattern, writable, True, re.compile(source, re.DOTALL))
+    # `./*` grants the root (".") too: a bare `*` matches every target already.
+    matcher = _glob_or_directory(pattern) if pattern.endswith("/*") else compile_glob(pattern)
+    return _Rule(index, text, pattern, writable, True, matcher)
 
 
 def _bucket_key(pattern: str) -> str:
@@ -146,18 +151,13 @@ _DENY_INVALID: Final = _DENIALS[DenyReason.INVALID_PATH]
 # (index, fullmatch or None, writable, verbatim text): tuples keep the hot loop cheap. None
 # marks a `dir/*` rule (no other `*`): it lives in bucket `dir`, and the walk in `_best` only
 # visits that bucket for `dir` itself or a path below `dir/`, all of which the rule matches, so
-# it needs no regex at all. That is the commonest rule shape.
+# it needs no test at all. That is the commonest rule shape.
 _Entry = tuple[int, Callable[[str], object] | None, bool, str]
 
 
 def _entry(rule: _Rule) -> _Entry:
-    fullmatch: Callable[[str], object] | None
-    if not rule.glob:
-        fullmatch = rule.pattern.__eq__
-    elif rule.regex is None:
-        fullmatch = None  # a `dir/*` subtree
-    else:
-        fullmatch = rule.regex.fullmatch
+    # A glob's own test (None for a `dir/*` subtree); an exact rule compares equal.
+    fullmatch = rule.fullmatch if rule.glob else rule.pattern.__eq__
     return (rule.index, fullmatch, rule.writable, rule.text)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, final
+
+from suaveplan_sandbox.permissions._glob import compile_glob
 
 MAX_TOPIC_LENGTH: Final = 256
 _TOPIC_CHARS: Final = re.compile(r"[A-Za-z0-9_.:/*\-]+")
@@ -25,11 +27,7 @@ def topic_matches(pattern: str, topic: str) -> bool:
     """Whether `topic` matches the rule `pattern` (`*` spans any characters, including `.`)."""
     if "*" not in pattern:
         return pattern == topic
-    return _compile(pattern).fullmatch(topic) is not None
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+    return compile_glob(pattern)(topic) is not None
 
 
 @final
@@ -41,10 +39,10 @@ class TopicRuleSet:
     def __init__(self, rules: Sequence[str]) -> None:
         self.rules: tuple[str, ...] = tuple(rules)
         self._exact: dict[str, str] = {}
-        self._patterns: list[tuple[str, re.Pattern[str]]] = []
+        self._patterns: list[tuple[str, Callable[[str], object]]] = []
         for rule in self.rules:
             if "*" in rule:
-                self._patterns.append((rule, _compile(rule)))
+                self._patterns.append((rule, compile_glob(rule)))
             else:
                 self._exact.setdefault(rule, rule)
 
@@ -59,7 +57,7 @@ class TopicRuleSet:
         hit = self._exact.get(topic)
         if hit is not None:
             return hit
-        for rule, compiled in self._patterns:
-            if compiled.fullmatch(topic):
+        for rule, fullmatch in self._patterns:
+            if fullmatch(topic) is not None:
                 return rule
         return None
