@@ -18,7 +18,7 @@ import threading
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -43,24 +43,26 @@ _PATHS: list[dict[str, Any]] = json.loads((_VECTORS / "paths.json").read_text("u
 _URLS: list[dict[str, Any]] = json.loads((_VECTORS / "urls.json").read_text("utf-8"))["cases"]
 
 
-def _pair_fs(rules: list[str]) -> tuple[FsRuleSet, FsRuleSet]:
+_R = TypeVar("_R", FsRuleSet, FetchRuleSet)
+
+
+def _pair(kind: type[_R], rules: list[str]) -> tuple[_R, _R]:
+    """The same rules built twice: on the C matcher, and on the Python reference alone."""
     with _accel.accelerated():
-        fast = FsRuleSet(rules)
+        fast = kind(rules)
     with _accel.pure_python():
-        slow = FsRuleSet(rules)
+        slow = kind(rules)
     assert fast._matcher is not None
     assert slow._matcher is None
     return fast, slow
+
+
+def _pair_fs(rules: list[str]) -> tuple[FsRuleSet, FsRuleSet]:
+    return _pair(FsRuleSet, rules)
 
 
 def _pair_fetch(rules: list[str]) -> tuple[FetchRuleSet, FetchRuleSet]:
-    with _accel.accelerated():
-        fast = FetchRuleSet(rules)
-    with _accel.pure_python():
-        slow = FetchRuleSet(rules)
-    assert fast._matcher is not None
-    assert slow._matcher is None
-    return fast, slow
+    return _pair(FetchRuleSet, rules)
 
 
 def _same(fast: Callable[..., object], slow: Callable[..., object], *args: object) -> object:
