@@ -390,6 +390,28 @@ async def test_infinite_loop_ends_with_wall_clock_budget(root: Path) -> None:
     assert metrics.value("plugin.budget_exceeded_total", plugin="guest", budget="wallClockMs") == 1
 
 
+async def test_wall_clock_budget_never_ends_a_guest_early(root: Path) -> None:
+    # A budget of one tick: with the deadline counted in ticks from an arbitrary phase of the
+    # ticker, a guest was stopped anywhere from 0 to 5 ms into a 5 ms budget (the CI failure
+    # that 50 ms showed once). Every run must get at least its whole budget.
+    path = FIXTURES / "spin.wasm"
+    wall_ms = round(_engine.TICK_S * 1000)
+    async with await create_wasm_sandbox(
+        wasm_module_path=path, policy=policy(root, budgets={"wallClockMs": wall_ms})
+    ) as first:
+        del first  # the engine and its ticker are running before the runs below
+    for _ in range(12):
+        async with await create_wasm_sandbox(
+            wasm_module_path=path, policy=policy(root, budgets={"wallClockMs": wall_ms})
+        ) as sb:
+            began = time.monotonic()
+            with pytest.raises(SuaveplanError) as info:
+                await sb.run(argv=["spin"])
+            took = time.monotonic() - began
+        assert info.value.details["budget"] == "wallClockMs"
+        assert took >= wall_ms / 1000.0, took
+
+
 async def test_memory_bomb_ends_with_memory_budget(root: Path) -> None:
     metrics = InMemoryMetrics()
     async with await create_wasm_sandbox(

@@ -655,7 +655,11 @@ class WasmSandbox:
         if wall is None:
             store.set_epoch_deadline(_NO_DEADLINE)
         else:
-            store.set_epoch_deadline(max(1, math.ceil(wall / 1000.0 / _engine.TICK_S)))
+            # The ticker's phase is arbitrary: the first tick after arming may come at once, so
+            # n ticks can be as little as (n - 1) ticks of time. One tick more makes the trap
+            # come no sooner than the budget (ticks are at least TICK_S apart) and at most one
+            # tick after it.
+            store.set_epoch_deadline(math.ceil(wall / 1000.0 / _engine.TICK_S) + 1)
         return None
 
     def _disarm(self) -> None:
