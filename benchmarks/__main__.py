@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
                 _fmt(row.baseline_s),
                 f"{row.ratio:.3g}x",
                 row.target,
-                "yes" if row.ok else "NO",
+                "—" if row.ok is None else "yes" if row.ok else "NO",
             )
     Console().print(table)
     return 1 if failures else 0

@@ -13,14 +13,15 @@ from typing import Final, final
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BenchRow:
-    """One figure: `value_s` against `baseline_s` measured in the same process and run."""
+    """One figure: `value_s` against `baseline_s` measured in the same process and run.
+    `ok` is None for a row that explains another and has no target of its own."""
 
     name: str
     value_s: float
     baseline_name: str
     baseline_s: float
     target: str
-    ok: bool
+    ok: bool | None
 
     @property
     def ratio(self) -> float:
@@ -64,9 +65,20 @@ def ratio_row(
     *,
     at_most: float | None = None,
     at_least_faster: float | None = None,
+    info: bool = False,
 ) -> BenchRow:
-    """Target: `value <= at_most x baseline`, or `baseline >= at_least_faster x value`."""
+    """Target: `value <= at_most x baseline`, or `baseline >= at_least_faster x value`; or,
+    with `info`, none (the row explains another)."""
     ratio = value_s / baseline_s if baseline_s > 0 else float("inf")
+    if info:
+        return BenchRow(
+            name=name,
+            value_s=value_s,
+            baseline_name=baseline_name,
+            baseline_s=baseline_s,
+            target="—",
+            ok=None,
+        )
     if at_most is not None:
         return BenchRow(
             name=name,

@@ -50,6 +50,7 @@ from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.protocol import NEED_DATA, Call, FrameDecoder, encode
 from suaveplan_sandbox.testing import InMemoryFs
 from suaveplan_sandbox.vm import create_vm_sandbox
+from suaveplan_sandbox.vm._worker_loop import DEFAULT_BUSY_POLL_US
 from suaveplan_sandbox.vm._zygote import fork_server
 
 _SRC = (
@@ -267,30 +268,49 @@ def run() -> list[BenchRow]:
             ratio_row("vm.create", create_s, "fresh python -I -S", fresh, at_least_faster=4)
         )
 
-        sb = await create_vm_sandbox(
-            plugin_module_path=str(root / "p.py"), policy=policy, proxies=Adapters(fs=fs)
-        )
+        # The default sandbox polls for answers (busy_poll_us); the second does not, so its
+        # rows show what polling buys and its CPU rows what the sandbox's code costs.
+        sb, sb0 = [
+            await create_vm_sandbox(
+                plugin_module_path=str(root / "p.py"),
+                policy=policy,
+                proxies=Adapters(fs=fs),
+                busy_poll_us=poll_us,
+            )
+            for poll_us in (DEFAULT_BUSY_POLL_US, 0)
+        ]
         echo, codec_echo = _Echo(), _Echo(_CODEC_ECHO)
         try:
             await _per_call(lambda: sb.call("noop"), 200)
+            await _per_call(lambda: sb0.call("noop"), 200)
             await echo.asyncio_driven(200)
             await codec_echo.codec_driven(200)
-            calls, reads, xp_async, xp_block, xp_codec = [], [], [], [], []
+            calls, reads, calls0, reads0 = [], [], [], []
+            xp_async, xp_block, xp_codec = [], [], []
             echo_cpu, call_cpu, read_cpu = _Cpu(echo.proc.pid), _Cpu(sb.pid), _Cpu(sb.pid)
+            call0_cpu, read0_cpu = _Cpu(sb0.pid), _Cpu(sb0.pid)
             for _ in range(ROUNDS):
                 xp_async.append(await echo_cpu.run(echo.asyncio_driven(1000), 1000))
                 calls.append(await call_cpu.run(_per_call(lambda: sb.call("noop"), 1000), 1000))
+                calls0.append(await call0_cpu.run(_per_call(lambda: sb0.call("noop"), 1000), 1000))
                 xp_codec.append(await codec_echo.codec_driven(1000))
                 xp_block.append(echo.blocking(1000))
                 reads.append(await read_cpu.run(_per_call(lambda: sb.call("read"), 300), 300))
+                reads0.append(await read0_cpu.run(_per_call(lambda: sb0.call("read"), 300), 300))
+                fs.calls.clear()  # the fake adapter records every call
         finally:
             echo.close()
             codec_echo.close()
             await sb.dispose()
+            await sb0.dispose()
         call_s, read_s = statistics.median(calls), statistics.median(reads)
+        call0_s, read0_s = statistics.median(calls0), statistics.median(reads0)
         base_async, base_block = statistics.median(xp_async), statistics.median(xp_block)
         cross = "cross-process msgpack echo (asyncio)"
         rows.append(ratio_row("vm.call noop", call_s, cross, base_async, at_most=1.5))
+        rows.append(
+            ratio_row("vm.call noop, busy_poll_us=0", call0_s, cross, base_async, info=True)
+        )
         rows.append(
             ratio_row(
                 "vm.call noop",
@@ -310,6 +330,11 @@ def run() -> list[BenchRow]:
             )
         )
         rows.append(ratio_row("vm.call fs.read_bytes 1KiB", read_s, cross, base_async, at_most=2))
+        rows.append(
+            ratio_row(
+                "vm.call fs.read_bytes 1KiB, busy_poll_us=0", read0_s, cross, base_async, info=True
+            )
+        )
         # A proxied read is two round trips (call/result and hostcall/hostreply): against two
         # no-op calls it shows what serving the host call adds (the gateway, the adapter),
         # independent of the round-trip cost the baseline above includes twice.
@@ -323,49 +348,63 @@ def run() -> list[BenchRow]:
             )
         )
 
-        (echo_host, echo_peer), (call_host, call_worker) = echo_cpu.per_call(), call_cpu.per_call()
-        read_host, read_worker = read_cpu.per_call()
-        rows.append(
-            ratio_row("vm.call noop: host CPU", call_host, "echo: host CPU", echo_host, at_most=1.5)
-        )
-        rows.append(
-            ratio_row(
-                "vm.call noop: worker CPU", call_worker, "echo: peer CPU", echo_peer, at_most=1.5
-            )
-        )
-        rows.append(
-            ratio_row("vm.call read: host CPU", read_host, "echo: host CPU", echo_host, at_most=2)
-        )
-        rows.append(
-            ratio_row(
-                "vm.call read: worker CPU", read_worker, "echo: peer CPU", echo_peer, at_most=2
-            )
-        )
+        # CPU per call. Without polling it is the sandbox's own cost (the targets); with it,
+        # each side also spends the time it polls, up to the whole round trip.
+        echo_host, echo_peer = echo_cpu.per_call()
+        for label, cpu, at_most in (
+            ("noop, busy_poll_us=0", call0_cpu, 1.5),
+            ("read, busy_poll_us=0", read0_cpu, 2.0),
+            ("noop", call_cpu, None),
+            ("read", read_cpu, None),
+        ):
+            host, worker = cpu.per_call()
+            for side, value, base, base_name in (
+                ("host", host, echo_host, "echo: host CPU"),
+                ("worker", worker, echo_peer, "echo: peer CPU"),
+            ):
+                rows.append(
+                    ratio_row(
+                        f"vm.call {label}: {side} CPU",
+                        value,
+                        base_name,
+                        base,
+                        at_most=at_most,
+                        info=at_most is None,
+                    )
+                )
 
-        boxes = [
-            await create_vm_sandbox(plugin_module_path=str(root / "p.py"), policy=policy)
-            for _ in range(4)
-        ]
-        try:
-            total = 4000
-            await asyncio.gather(*(boxes[i % 4].call("noop") for i in range(400)))
-            samples = []
-            for _ in range(3):
-                t = time.perf_counter()
-                await asyncio.gather(*(boxes[i % 4].call("noop") for i in range(total)))
-                samples.append((time.perf_counter() - t) / total)
-        finally:
-            for b in boxes:
-                await b.dispose()
-        rows.append(
-            ratio_row(
-                "vm.pool throughput (s/call, 4 sandboxes)",
-                statistics.median(samples),
-                "15,000 calls/s",
-                1 / 15000,
-                at_most=1,
+        async def pool(poll_us: int) -> float:
+            boxes = [
+                await create_vm_sandbox(
+                    plugin_module_path=str(root / "p.py"), policy=policy, busy_poll_us=poll_us
+                )
+                for _ in range(4)
+            ]
+            try:
+                total = 4000
+                await asyncio.gather(*(boxes[i % 4].call("noop") for i in range(400)))
+                samples = []
+                for _ in range(3):
+                    t = time.perf_counter()
+                    await asyncio.gather(*(boxes[i % 4].call("noop") for i in range(total)))
+                    samples.append((time.perf_counter() - t) / total)
+            finally:
+                for b in boxes:
+                    await b.dispose()
+            return statistics.median(samples)
+
+        for poll_us in (DEFAULT_BUSY_POLL_US, 0):
+            rows.append(
+                ratio_row(
+                    "vm.pool throughput (s/call, 4 sandboxes)"
+                    + ("" if poll_us else ", busy_poll_us=0"),
+                    await pool(poll_us),
+                    "15,000 calls/s",
+                    1 / 15000,
+                    at_most=1,
+                    info=not poll_us,
+                )
             )
-        )
 
     asyncio.run(main())
     return rows

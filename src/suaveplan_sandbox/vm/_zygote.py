@@ -141,6 +141,7 @@ class ForkServer:
         require: tuple[str, ...],
         probe: bool = False,
         lifeline: int | None = None,
+        busy_poll_us: int = 0,
     ) -> int:
         """Fork a worker serving `bundle` on `worker_sock` (our end is the caller's). Its pid.
 
@@ -168,12 +169,19 @@ class ForkServer:
                 require=require,
                 probe=probe,
                 lifeline=lifeline,
+                busy_poll_us=busy_poll_us,
             )
         except SuaveplanError as exc:
             if exc.details.get("why") != _SEND_FAILED:
                 raise
         return self._fork(
-            bundle, worker_sock, rlimits=rlimits, require=require, probe=probe, lifeline=lifeline
+            bundle,
+            worker_sock,
+            rlimits=rlimits,
+            require=require,
+            probe=probe,
+            lifeline=lifeline,
+            busy_poll_us=busy_poll_us,
         )
 
     def _fork(
@@ -185,6 +193,7 @@ class ForkServer:
         require: tuple[str, ...],
         probe: bool,
         lifeline: int | None,
+        busy_poll_us: int,
     ) -> int:
         fds = [worker_sock.fileno()] + ([lifeline] if lifeline is not None else [])
         with self._lock:
@@ -198,6 +207,7 @@ class ForkServer:
                     "rlimits": list(rlimits),
                     "require": list(require),
                     "probe": probe,
+                    "busy_poll_us": busy_poll_us,
                 }
                 rep = self._request(ctl, req, fds)
                 if rep.get("op") == "forked":

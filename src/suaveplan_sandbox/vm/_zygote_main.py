@@ -53,7 +53,7 @@ from suaveplan_sandbox.vm._hardening import (
     arm_lifeline,
     reset_signal_to_default,
 )
-from suaveplan_sandbox.vm._worker_loop import serve
+from suaveplan_sandbox.vm._worker_loop import MAX_BUSY_POLL_US, serve
 
 _MAX_REQUEST = 8 * 1024 * 1024
 _MAX_COMPILED: Final = 128
@@ -76,6 +76,7 @@ class _Worker:
     require: tuple[str, ...]
     keep_fds: tuple[int, ...]
     probe: bool
+    busy_poll_s: float
 
 
 def _child(ctl: socket.socket, wsock: socket.socket, plan: HardeningPlan, job: _Worker) -> None:
@@ -90,7 +91,13 @@ def _child(ctl: socket.socket, wsock: socket.socket, plan: HardeningPlan, job: _
         wsock.sendall(encode(Failure(id=0, error=exc.to_wire())))  # type: ignore[arg-type]
         os._exit(0)
     try:
-        serve(wsock, job.compiled, report.to_wire(), process_probe=job.probe)
+        serve(
+            wsock,
+            job.compiled,
+            report.to_wire(),
+            process_probe=job.probe,
+            busy_poll_s=job.busy_poll_s,
+        )
     except SystemExit as exc:
         os._exit(exc.code if isinstance(exc.code, int) else 1)
     except BaseException:
@@ -204,6 +211,7 @@ def _dispatch(  # noqa: PLR0917
         job = None
         if op == "fork":
             digest, rl, require = req.get("digest"), req.get("rlimits"), req.get("require")
+            poll_us = req.get("busy_poll_us", 0)
             hit = cache.pop(digest, None) if isinstance(digest, str) else None
             if hit is None:
                 raise _BadRequest("unknown-digest", req_id)
@@ -214,6 +222,8 @@ def _dispatch(  # noqa: PLR0917
                 or not all(v is None or (type(v) is int and v > 0) for v in rl)
                 or type(require) is not list
                 or not all(type(r) is str and r in LAYERS for r in require)
+                or type(poll_us) is not int
+                or not 0 <= poll_us <= MAX_BUSY_POLL_US
             ):
                 raise _BadRequest("bad-fork-fields", req_id)
             job = _Worker(
@@ -222,6 +232,7 @@ def _dispatch(  # noqa: PLR0917
                 require=tuple(require),
                 keep_fds=(fds[0], lifeline) if lifeline >= 0 else (fds[0],),
                 probe=bool(req.get("probe")),
+                busy_poll_s=poll_us / 1e6,
             )
         try:
             wsock = socket.socket(fileno=fds[0])

@@ -11,6 +11,7 @@ import pytest
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest import PluginBundle
+from suaveplan_sandbox.vm._worker_loop import MAX_BUSY_POLL_US
 from suaveplan_sandbox.vm._zygote import ForkServer
 
 
@@ -104,10 +105,22 @@ def test_fork_fields_of_the_wrong_shape_are_refused_before_forking(
         _raw(server, msgpack.packb({"op": "load", "id": 1, "bundle": bundle.to_wire()}))["op"]
         == "loaded"
     )
-    for rlimits, require in [("x", []), ([1], []), ([-1, None], []), ([None, None], [3])]:
+    ok = [None, None]
+    for rlimits, require, poll in [
+        ("x", [], 0),
+        ([1], [], 0),
+        ([-1, None], [], 0),
+        ([None, None], [3], 0),
+        (ok, [], -1),
+        (ok, [], MAX_BUSY_POLL_US + 1),
+        (ok, [], 1.5),
+        (ok, [], "100"),
+        (ok, [], True),
+    ]:
         ours, theirs = socket.socketpair()
         req = {"op": "fork", "id": 2, "digest": bundle.digest, "rlimits": rlimits}
         req["require"] = require
+        req["busy_poll_us"] = poll
         rep = _raw(server, msgpack.packb(req), [theirs.fileno()])
         theirs.close()
         ours.close()
