@@ -37,6 +37,11 @@ def test_sinks_refuse_undeclared_metrics_and_wrong_labels() -> None:
         sink.inc("plugin.made_up_total", {})
     with pytest.raises(ValueError):
         sink.inc(PERMISSION_DENIED.name, {"plugin": "p"})
+    # A series already counted does not let a different label set through, nor record it.
+    sink.inc(PERMISSION_DENIED.name, LABELS)
+    with pytest.raises(ValueError):
+        sink.inc(PERMISSION_DENIED.name, {**LABELS, "extra": "x"})
+    assert sink.samples() == [(PERMISSION_DENIED.name, dict(LABELS), 1.0)]
 
 
 def test_prometheus_sink_exposes_plugin_permission_denied_total() -> None:

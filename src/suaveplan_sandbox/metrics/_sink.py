@@ -33,10 +33,13 @@ class InMemoryMetrics:
         self._counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
 
     def inc(self, name: str, labels: Mapping[str, str], amount: float = 1.0) -> None:
-        definition_for(name, labels)
         key = (name, tuple(sorted(labels.items())))
         with self._lock:
-            self._counters[key] = self._counters.get(key, 0.0) + amount
+            count = self._counters.get(key)
+            if count is None:  # a new series: its name and label names are checked once
+                definition_for(name, labels)
+                count = 0.0
+            self._counters[key] = count + amount
 
     def value(self, name: str, **labels: str) -> float:
         """The counter's value; labels not given match any value (their sum is returned)."""

@@ -12,6 +12,7 @@ import resource
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -250,6 +251,29 @@ def test_cpu_backstop_is_rearmed_per_call_and_kills_a_runaway_call() -> None:
     assert said == b"survived-calls\n", status
     assert os.WIFSIGNALED(status)
     assert os.WTERMSIG(status) == signal.SIGXCPU
+
+
+def test_cpu_backstop_is_set_again_only_when_the_limit_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # In this process (no real limit is set): arming twice within the same CPU second sets
+    # RLIMIT_CPU once; a second more of CPU moves the soft limit and sets it again.
+    from suaveplan_sandbox.vm._hardening import _apply
+
+    cpu = [41.2]
+    set_to: list[tuple[int, tuple[int, int]]] = []
+    monkeypatch.setattr(_apply, "_cpu_backstop", 3)
+    monkeypatch.setattr(_apply, "_cpu_soft_limit", None)
+    monkeypatch.setattr(time, "process_time", lambda: cpu[0])
+    monkeypatch.setattr(resource, "setrlimit", lambda w, v: set_to.append((w, v)))
+    inf = resource.RLIM_INFINITY
+    arm_cpu_backstop()
+    cpu[0] = 41.9
+    arm_cpu_backstop()
+    assert set_to == [(resource.RLIMIT_CPU, (45, inf))]
+    cpu[0] = 42.1
+    arm_cpu_backstop()
+    assert set_to[1:] == [(resource.RLIMIT_CPU, (46, inf))]
 
 
 def test_threads_still_work_and_interpreter_is_usable(hardened: dict[str, object]) -> None:

@@ -40,6 +40,7 @@ import select
 import signal
 import struct
 import sys
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, final
@@ -406,6 +407,7 @@ def _clear_env(native: _Native | None) -> None:
 
 
 _cpu_backstop: int | None = None
+_cpu_soft_limit: int | None = None  # what arm_cpu_backstop last set
 _applied = False
 
 
@@ -417,12 +419,17 @@ def hardening_was_applied() -> bool:
 def arm_cpu_backstop() -> None:
     """Re-arm the per-call RLIMIT_CPU backstop (soft limit = CPU used + budget); no-op
     outside a hardened worker or without a wallClockMs budget."""
+    global _cpu_soft_limit  # noqa: PLW0603 - per worker process
     if _cpu_backstop is None:
         return
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    used = math.ceil(usage.ru_utime + usage.ru_stime)
+    # The process's user + system CPU, what RLIMIT_CPU counts (a clock read costs less than
+    # getrusage); the limit is only set again once a whole second more has been used.
+    soft = math.ceil(time.process_time()) + _cpu_backstop
+    if soft == _cpu_soft_limit:
+        return
     with contextlib.suppress(OSError, ValueError):
-        resource.setrlimit(resource.RLIMIT_CPU, (used + _cpu_backstop, resource.RLIM_INFINITY))
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+        _cpu_soft_limit = soft
 
 
 def _set_rlimit(which: int, value: int) -> None:
