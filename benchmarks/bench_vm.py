@@ -26,6 +26,10 @@ is shared and noisy, so every figure is the median of several alternating rounds
   and adapter add. The in-memory adapter is a coroutine that never suspends: from Python 3.12
   its task starts eagerly and the host call is answered inline; on 3.11 the task's first step
   and its done callback each cost a trip round the loop.
+- **busy polling**: the default sandbox polls for answers (`busy_poll_us`); no echo peer
+  does. So every call row is also given for a sandbox with `busy_poll_us=0`, the
+  like-for-like comparison of the code paths, and the read against the blocking echo too;
+  the default rows are what a host gets.
 """
 
 from __future__ import annotations
@@ -333,6 +337,15 @@ def run() -> list[BenchRow]:
         rows.append(
             ratio_row(
                 "vm.call fs.read_bytes 1KiB, busy_poll_us=0", read0_s, cross, base_async, info=True
+            )
+        )
+        rows.append(
+            ratio_row(
+                "vm.call fs.read_bytes 1KiB",
+                read_s,
+                "cross-process msgpack echo (blocking)",
+                base_block,
+                info=True,
             )
         )
         # A proxied read is two round trips (call/result and hostcall/hostreply): against two

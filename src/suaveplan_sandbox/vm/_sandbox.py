@@ -18,15 +18,16 @@ calls shorter than the interval cannot hide CPU). Neither is created or cancelle
 Writes are non-blocking with a bounded buffer: a worker that stops reading cannot stall the
 host's loop. Reads go into one receive buffer per thread.
 
-Busy polling (`busy_poll_us`, 100 by default, 0 turns it off): after sending the worker
+Busy polling (`busy_poll_us`, 200 by default, 0 turns it off): after sending the worker
 something it answers (a call, an event, a host call's reply) the host keeps its loop from
 sleeping for up to that long, by re-queueing one cheap callback, so the loop polls its
 selector without blocking and the answer is read as soon as it arrives instead of after a
 wake-up from `epoll_wait` (the largest single cost of a round trip on this machine). Other
 callbacks and I/O run as usual meanwhile. It is adaptive: a sandbox keeps polling only
-while the last answer came within the window, so a slow plugin or adapter costs one window
-and then nothing. The worker polls the same way (see `_worker_loop`), except under a
-`cpuPercent` budget, where polling would bill the plugin for time it spends waiting.
+while the last answer came within the window, so a slow plugin or adapter costs one window,
+then one in every `REPROBE_EVERY + 1` answers (`AdaptivePoll`). The worker polls the same
+way (see `_worker_loop`), except under a `cpuPercent` budget, where polling would bill the
+plugin for time it spends waiting.
 
 Lifecycle (state, event) -> state; any unexpected exception moves to CRASHED:
 

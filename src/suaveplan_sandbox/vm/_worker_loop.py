@@ -16,7 +16,8 @@ a process blocked in `recv` costs this machine's kernel more than the rest of a 
 a host call's reply, or the next call when calls come back to back. Each kind of wait
 polls only while its last wait was answered within the window (`AdaptivePoll`), so a
 worker that waits long — an idle plugin, a slow adapter — stops polling after one miss
-and costs nothing more until answers come fast again.
+and then polls only one wait in `REPROBE_EVERY + 1`, to find out whether answers come fast
+again.
 """
 
 from __future__ import annotations
@@ -49,9 +50,14 @@ from suaveplan_sandbox.vm._guest import CompiledBundle, GuestRuntime
 
 PROBE_CALL = "__suaveplan_process_probe__"
 # How long a wait polls before it blocks (`create_vm_sandbox(busy_poll_us=...)`), host and
-# worker alike: a round trip here is 20-60 us, so 100 us catches back-to-back answers.
-DEFAULT_BUSY_POLL_US: Final = 100
+# worker alike. A round trip has measured 20-60 us on a quiet two-core VM and 70-200 us on a
+# slower one, where a host call's reply (the gateway's work included) missed a 100 us window
+# often enough to double a proxied read's latency; 200 us catches back-to-back answers and
+# host-call replies on both, and a miss costs that much CPU once (then see REPROBE_EVERY).
+DEFAULT_BUSY_POLL_US: Final = 200
 MAX_BUSY_POLL_US: Final = 10_000
+# After a slow answer, polling is tried again on every this-many-plus-first wait.
+REPROBE_EVERY: Final = 16
 _RECV_BYTES = 262144
 # Allocated at import, i.e. in the fork server: every worker inherits it copy-on-write.
 _recv_buffer = bytearray(_RECV_BYTES)
@@ -62,19 +68,35 @@ class AdaptivePoll:
     """Whether the next wait of one kind polls before it blocks.
 
     Yes while the last wait of this kind was answered within `window_s` (polling would have
-    caught the answer); no after one that was not, until a blocking wait is answered that
-    fast again. A window of 0 never polls.
+    caught the answer); no after one that was not, until a wait is answered that fast again
+    or `REPROBE_EVERY` slow waits have passed, when one wait polls again. Without that probe,
+    where a blocking wait's own wake-up takes longer than the window (a slow or busy virtual
+    machine), one late answer would turn polling off for good, though polled answers come
+    within the window. So a sandbox whose answers are always slow polls in one wait out of
+    `REPROBE_EVERY + 1`. A window of 0 never polls.
     """
 
-    __slots__ = ("on", "window_s")
+    __slots__ = ("_slow", "on", "window_s")
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self.on = window_s > 0
+        self._slow = 0  # slow waits since polling was last tried
 
     def waited(self, seconds: float) -> None:
         """Record how long a wait of this kind took, from its start to the answer."""
-        self.on = self.window_s > 0 and seconds <= self.window_s
+        if self.window_s <= 0:
+            return
+        if seconds <= self.window_s:
+            self.on = True
+            self._slow = 0
+        elif self.on:
+            self.on = False
+        else:
+            self._slow += 1
+            if self._slow >= REPROBE_EVERY:
+                self.on = True
+                self._slow = 0
 
 
 class _Channel:

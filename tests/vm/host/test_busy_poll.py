@@ -21,6 +21,7 @@ from suaveplan_sandbox.vm import create_vm_sandbox
 from suaveplan_sandbox.vm._worker_loop import (
     DEFAULT_BUSY_POLL_US,
     MAX_BUSY_POLL_US,
+    REPROBE_EVERY,
     AdaptivePoll,
     _Channel,
 )
@@ -118,8 +119,31 @@ def test_a_wait_polls_only_while_the_last_one_was_answered_within_the_window() -
 def test_a_window_of_zero_never_polls() -> None:
     poll = AdaptivePoll(0.0)
     assert not poll.on
-    for seconds in (0.0, 1e-9, 1e-6):
+    for seconds in (0.0, 1e-9, 1e-6, *[1.0] * (3 * REPROBE_EVERY)):
         poll.waited(seconds)
+        assert not poll.on
+
+
+def test_after_slow_answers_polling_is_tried_again_every_reprobe_waits() -> None:
+    poll = AdaptivePoll(100e-6)
+    for _ in range(3):
+        poll.waited(5e-3)  # a miss while polling: off
+        assert not poll.on
+        for _ in range(REPROBE_EVERY - 1):  # blocking waits, all slow: still off
+            poll.waited(5e-3)
+            assert not poll.on
+        poll.waited(5e-3)
+        assert poll.on  # the next wait polls again, to see whether answers come fast
+    poll.waited(30e-6)  # the probe caught its answer: polling stays on
+    assert poll.on
+    poll.waited(5e-3)
+    for _ in range(REPROBE_EVERY // 2):
+        poll.waited(5e-3)
+    poll.waited(30e-6)  # a blocking wait answered fast: on at once, and the count restarts
+    assert poll.on
+    poll.waited(5e-3)
+    for _ in range(REPROBE_EVERY - 1):
+        poll.waited(5e-3)
         assert not poll.on
 
 
@@ -142,6 +166,17 @@ def test_the_worker_channel_reads_what_arrives_while_polling_or_blocked() -> Non
         ours.sendall(b"fast")  # a blocking wait answered at once: on again
         assert bytes(chan._view[: chan._recv(poll)]) == b"fast"
         assert poll.on
+        # With a window no answer can meet, every wait is slow: polling is off after the
+        # first, and tried again after `REPROBE_EVERY` more.
+        tiny = AdaptivePoll(1e-9)
+        seen = []
+        for i in range(REPROBE_EVERY + 1):
+            timer = threading.Timer(0.002, ours.sendall, args=(b"%d," % i,))
+            timer.start()
+            seen.append(bytes(chan._view[: chan._recv(tiny)]))
+            timer.join()
+            assert tiny.on is (i == REPROBE_EVERY), i
+        assert b"".join(seen) == b"".join(b"%d," % i for i in range(REPROBE_EVERY + 1))
         ours.close()
         assert chan._recv(poll) == 0  # EOF is still EOF
     finally:
@@ -247,6 +282,23 @@ async def test_a_worker_waiting_on_a_slow_adapter_polls_once_then_blocks(tmp_pat
         assert await sb.call("read_many", "./data/slow", 10) == [1] * 10
         # One 10 ms window at most (the first wait), not ten.
         assert _cpu(sb.pid) - before < 0.05
+
+
+async def test_a_worker_whose_host_answers_slowly_polls_one_wait_in_seventeen(
+    tmp_path: Path,
+) -> None:
+    async with await create_vm_sandbox(
+        plugin_module_path=_plugin(tmp_path),
+        policy=_policy(tmp_path),
+        proxies=Adapters(fs=_SlowFs(delay=0.015)),
+        busy_poll_us=MAX_BUSY_POLL_US,
+    ) as sb:
+        before = _cpu(sb.pid)
+        reads = 2 * (REPROBE_EVERY + 1)
+        assert await sb.call("read_many", "./data/slow", reads) == [1] * reads
+        # Waits 1 and 18 poll for their 10 ms window and miss; polling every wait would
+        # cost about 34 windows.
+        assert _cpu(sb.pid) - before < 0.06
 
 
 async def test_a_worker_under_a_cpu_budget_never_polls(tmp_path: Path) -> None:
