@@ -149,6 +149,7 @@ class _Channel:
 def _process_probe() -> dict[str, object]:
     """Test-only: raw OS calls after hardening. Reached only when the host enabled the probe."""
     import os
+    import sys
 
     out: dict[str, object] = {}
 
@@ -165,6 +166,7 @@ def _process_probe() -> dict[str, object]:
     attempt("fork", os.fork)
     attempt("exec", lambda: os.execv("/bin/true", ["/bin/true"]))  # noqa: S606
     out["env"] = dict(os.environ)
+    out["modules"] = sorted(sys.modules)  # what the fork server loaded, inherited
     try:
         out["fds"] = sorted(int(n) for n in os.listdir("/proc/self/fd"))  # noqa: PTH208
     except OSError as exc:

@@ -189,6 +189,16 @@ def test_process_layer_holds_inside_a_real_worker(tmp_path: Path) -> None:
     assert str(probe["fork"]).startswith("denied")
     assert str(probe["exec"]).startswith("denied")
     assert probe["env"] == {}
+    # The fork server loads the worker side only: none of the host's stack is inherited.
+    modules = {str(name).partition(".")[0] for name in probe["modules"]}  # type: ignore[attr-defined]
+    assert "suaveplan_sandbox" in modules
+    host_stack = {
+        "asyncio", "pydantic", "pydantic_core", "sqlglot", "httpx", "httpcore", "anyio",
+        "psutil", "prometheus_client", "ada_url", "wasmtime", "sqlite3", "ssl", "click",
+        "rich", "pygments",
+    }  # fmt: skip
+    assert modules.isdisjoint(host_stack), sorted(modules & host_stack)
+    assert not any(m.startswith("suaveplan_sandbox.vm._sandbox") for m in probe["modules"])  # type: ignore[attr-defined]
 
 
 def test_probe_is_off_by_default(tmp_path: Path) -> None:
