@@ -9,6 +9,7 @@ request in flight when it died raises `SAND_VM_FORK_SERVER_FAILED`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import subprocess
@@ -161,20 +162,8 @@ class ForkServer:
                 "unknown hardening layer required",
                 {"layers": [n for n in require if n not in LAYERS], "known": list(LAYERS)},
             )
-        try:
-            return self._fork(
-                bundle,
-                worker_sock,
-                rlimits=rlimits,
-                require=require,
-                probe=probe,
-                lifeline=lifeline,
-                busy_poll_us=busy_poll_us,
-            )
-        except SuaveplanError as exc:
-            if exc.details.get("why") != _SEND_FAILED:
-                raise
-        return self._fork(
+        fork = functools.partial(
+            self._fork,
             bundle,
             worker_sock,
             rlimits=rlimits,
@@ -183,6 +172,12 @@ class ForkServer:
             lifeline=lifeline,
             busy_poll_us=busy_poll_us,
         )
+        try:
+            return fork()
+        except SuaveplanError as exc:
+            if exc.details.get("why") != _SEND_FAILED:
+                raise
+        return fork()
 
     def _fork(
         self,

@@ -271,34 +271,27 @@ async def test_an_idle_worker_stops_polling(tmp_path: Path) -> None:
         assert await sb.call("noop") is None
 
 
-async def test_a_worker_waiting_on_a_slow_adapter_polls_once_then_blocks(tmp_path: Path) -> None:
-    async with await create_vm_sandbox(
-        plugin_module_path=_plugin(tmp_path),
-        policy=_policy(tmp_path),
-        proxies=Adapters(fs=_SlowFs(delay=0.03)),
-        busy_poll_us=MAX_BUSY_POLL_US,
-    ) as sb:
-        before = _cpu(sb.pid)
-        assert await sb.call("read_many", "./data/slow", 10) == [1] * 10
-        # One 10 ms window at most (the first wait), not ten.
-        assert _cpu(sb.pid) - before < 0.05
-
-
-async def test_a_worker_whose_host_answers_slowly_polls_one_wait_in_seventeen(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("delay", "reads", "at_most_s"),
+    [
+        # Only the first wait polls (one 10 ms window), not ten.
+        (0.03, 10, 0.05),
+        # Waits 1 and 18 poll for their window and miss; every wait would cost 34 windows.
+        (0.015, 2 * (REPROBE_EVERY + 1), 0.06),
+    ],
+)
+async def test_a_worker_waiting_on_a_slow_adapter_polls_once_then_one_wait_in_seventeen(
+    tmp_path: Path, delay: float, reads: int, at_most_s: float
 ) -> None:
     async with await create_vm_sandbox(
         plugin_module_path=_plugin(tmp_path),
         policy=_policy(tmp_path),
-        proxies=Adapters(fs=_SlowFs(delay=0.015)),
+        proxies=Adapters(fs=_SlowFs(delay=delay)),
         busy_poll_us=MAX_BUSY_POLL_US,
     ) as sb:
         before = _cpu(sb.pid)
-        reads = 2 * (REPROBE_EVERY + 1)
         assert await sb.call("read_many", "./data/slow", reads) == [1] * reads
-        # Waits 1 and 18 poll for their 10 ms window and miss; polling every wait would
-        # cost about 34 windows.
-        assert _cpu(sb.pid) - before < 0.06
+        assert _cpu(sb.pid) - before < at_most_s
 
 
 async def test_a_worker_under_a_cpu_budget_never_polls(tmp_path: Path) -> None:
