@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -82,3 +85,16 @@ def test_fan_out_sends_to_every_sink() -> None:
     assert (
         a.value(PERMISSION_DENIED.name, **LABELS) == b.value(PERMISSION_DENIED.name, **LABELS) == 1
     )
+
+
+def test_hosts_that_never_build_an_exporter_do_not_import_its_library() -> None:
+    # The metrics package is imported by every host; prometheus_client and OpenTelemetry
+    # are loaded only when their sink is built.
+    code = (
+        "import sys, suaveplan_sandbox.metrics, suaveplan_sandbox.vm, suaveplan_sandbox.wasm\n"
+        "print(sorted(m for m in ('prometheus_client', 'opentelemetry') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
