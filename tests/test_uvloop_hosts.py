@@ -1,10 +1,11 @@
-"""The VM host on uvloop, the loop uvicorn picks when uvloop is installed.
+"""Both hosts on uvloop, the loop uvicorn picks when uvloop is installed.
 
-The host relies on loop behaviour beyond coroutines: `add_reader` callbacks, `call_soon`
+The VM host relies on loop behaviour beyond coroutines: `add_reader` callbacks, `call_soon`
 chains that keep the selector from sleeping (busy polling), timers for budgets, and tasks
 for coroutine adapters. Each is exercised here on `uvloop.Loop`: every conformance scenario,
 answers with polling on and off, the host's polling ending after its window, and a budget
-breach followed by a working sandbox.
+breach followed by a working sandbox. The WASM host (a guest thread that reaches the loop
+for async adapters, epoch ticks while it waits) runs its whole conformance harness here too.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from suaveplan_sandbox.adapters import Adapters
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.testing import InMemoryFs
+from suaveplan_sandbox.testing._scenarios import Scenario
 from suaveplan_sandbox.testing._vm_conformance import VM_SCENARIOS
+from suaveplan_sandbox.testing._wasm_conformance import WASM_SCENARIOS, MakeSandbox
 from suaveplan_sandbox.vm import create_vm_sandbox
 from suaveplan_sandbox.vm._worker_loop import DEFAULT_BUSY_POLL_US, MAX_BUSY_POLL_US
+from suaveplan_sandbox.wasm import create_wasm_sandbox
 
 T = TypeVar("T")
 
@@ -137,3 +141,23 @@ def test_a_wall_clock_breach_ends_the_sandbox_and_the_next_one_works_on_uvloop(
             assert await sb.call("spin", 10) == 45
 
     _on_uvloop(main)
+
+
+@pytest.mark.parametrize("scenario", WASM_SCENARIOS, ids=lambda s: s.name)
+def test_every_wasm_conformance_scenario_holds_on_uvloop(
+    scenario: Scenario[MakeSandbox],
+) -> None:
+    # The harness runs each scenario with `asyncio.run`, which takes its loop from the policy.
+    made_on: list[type] = []
+
+    async def on_uvloop(**kwargs: Any) -> Any:
+        made_on.append(type(asyncio.get_running_loop()))
+        return await create_wasm_sandbox(**kwargs)
+
+    before = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        scenario.run(on_uvloop)
+    finally:
+        asyncio.set_event_loop_policy(before)
+    assert made_on and set(made_on) == {uvloop.Loop}, made_on
