@@ -50,6 +50,37 @@ def test_one_json_line_per_decision_without_resource_by_default(
     }
 
 
+def test_no_line_is_built_for_a_logger_that_would_not_emit_it() -> None:
+    # logging's default (no handler enabled for INFO): the JSON and its timestamp would be
+    # thrown away, so they are never made. Enabled again, the very next decision is logged.
+    logger = logging.getLogger("test.audit.quiet")
+    logger.setLevel(logging.WARNING)
+    stamps: list[datetime] = []
+
+    def now() -> datetime:
+        stamps.append(DAY)
+        return DAY
+
+    audit = JsonLinesAudit(logger, now=now)
+    audit.record(_record("p", "uploads/a.txt"))
+    assert stamps == []
+    logger.setLevel(logging.INFO)
+    seen: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = _Keep()
+    logger.addHandler(handler)
+    try:
+        audit.record(_record("p", "uploads/b.txt"))
+    finally:
+        logger.removeHandler(handler)
+    assert len(stamps) == 1
+    assert [json.loads(line)["plugin"] for line in seen] == ["p"]
+
+
 def test_iter_audit_answers_what_a_plugin_touched_yesterday(tmp_path: Path) -> None:
     log_path = tmp_path / "audit.log"
     logger = logging.getLogger("test.audit.file")

@@ -69,7 +69,10 @@ class JsonLinesAudit:
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     def record(self, entry: AuditRecord) -> None:
-        self._logger.info("%s", self.line(entry))
+        # The line is built only for a logger that will emit it: with no handler enabled
+        # for INFO (logging's default), the JSON and the timestamp would be thrown away.
+        if self._logger.isEnabledFor(logging.INFO):
+            self._logger.info("%s", self.line(entry))
 
 
 def iter_audit(
