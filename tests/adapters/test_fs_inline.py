@@ -1,0 +1,208 @@
+"""BeneathRootFs answers from the kernel's caches on the caller's thread when it can, and
+otherwise on a thread, with the same answers either way."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suaveplan_sandbox.adapters import _fs
+from suaveplan_sandbox.adapters._fs import (
+    INLINE_READ_MAX_BYTES,
+    LOCAL_FILESYSTEMS,
+    BeneathRootFs,
+    filesystem_type,
+)
+from suaveplan_sandbox.errors import SuaveplanError
+
+NFS_MAGIC = 0x6969
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = os.uname().release.split("-")[0].split(".")
+    return (int(release[0]), int(release[1])) >= (major, minor)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "data" / "sub").mkdir(parents=True)
+    (root / "data" / "a.bin").write_bytes(b"a" * 1024)
+    (root / "data" / "empty").write_bytes(b"")
+    (root / "data" / "big").write_bytes(b"b" * (INLINE_READ_MAX_BYTES + 1))
+    (root / "data" / "limit").write_bytes(b"l" * 100)
+    (root / "data" / "link").symlink_to("a.bin")
+    (root / "data" / "dirlink").symlink_to("sub")
+    (tmp_path / "outside").write_bytes(b"CANARY")
+    (root / "data" / "out").symlink_to(tmp_path / "outside")
+    os.mkfifo(root / "data" / "fifo")
+    return root
+
+
+@pytest.fixture
+def both(root: Path) -> Iterator[tuple[BeneathRootFs, BeneathRootFs]]:
+    inline, threaded = (
+        BeneathRootFs(root, max_read_bytes=50_000_000),
+        BeneathRootFs(root, max_read_bytes=50_000_000, inline_io=False),
+    )
+    yield inline, threaded
+    inline.close()
+    threaded.close()
+
+
+async def _first_step(coro: Coroutine[Any, Any, object]) -> tuple[bool, object]:
+    """(True, result or error) when `coro` finished in its first step, without suspending;
+    (False, None) when it suspended (it is closed once what it waited for is done)."""
+    try:
+        step = coro.send(None)
+    except StopIteration as stop:
+        return True, stop.value
+    except SuaveplanError as exc:
+        return True, exc
+    if isinstance(step, asyncio.Future):  # the thread's answer, collected so none is lost
+        await asyncio.wait([step])
+        if not step.cancelled():
+            step.exception()
+    coro.close()
+    return False, None
+
+
+async def _outcome(coro: Coroutine[Any, Any, object]) -> object:
+    try:
+        return await coro
+    except SuaveplanError as exc:
+        return exc.code
+
+
+def test_inline_io_is_on_where_the_kernel_and_filesystem_can_promise_no_wait(root: Path) -> None:
+    fs = BeneathRootFs(root)
+    expected = (
+        fs.uses_openat2
+        and _kernel_at_least(5, 12)
+        and hasattr(os, "RWF_NOWAIT")
+        and filesystem_type(os.open(root, os.O_RDONLY)) in LOCAL_FILESYSTEMS
+    )
+    assert fs.inline_io is expected
+    assert f"inline_io={expected}" in repr(fs)
+    assert BeneathRootFs(root, inline_io=False).inline_io is False
+    assert BeneathRootFs(root, use_openat2=False).inline_io is False
+
+
+def test_a_root_on_a_network_filesystem_always_uses_the_thread(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_fs, "filesystem_type", lambda fd: NFS_MAGIC)
+    assert BeneathRootFs(root).inline_io is False
+    monkeypatch.setattr(_fs, "filesystem_type", lambda fd: None)  # fstatfs failed
+    assert BeneathRootFs(root).inline_io is False
+
+
+async def test_a_small_cached_file_is_read_without_leaving_the_callers_thread(
+    both: tuple[BeneathRootFs, BeneathRootFs],
+) -> None:
+    inline, threaded = both
+    await threaded.read_bytes("data/a.bin", max_bytes=4096)  # in the page cache now
+    done, value = await _first_step(inline.read_bytes("data/a.bin", max_bytes=4096))
+    assert (done, value) == ((True, b"a" * 1024) if inline.inline_io else (False, None))
+    assert await _first_step(threaded.read_bytes("data/a.bin", max_bytes=4096)) == (False, None)
+    done, value = await _first_step(inline.exists("data/a.bin"))
+    assert (done, value) == ((True, True) if inline.inline_io else (False, None))
+
+
+@pytest.mark.parametrize("cache", ["miss", "partial"])
+async def test_a_file_not_wholly_in_the_page_cache_is_read_on_the_thread(
+    both: tuple[BeneathRootFs, BeneathRootFs], monkeypatch: pytest.MonkeyPatch, cache: str
+) -> None:
+    # What `preadv(..., RWF_NOWAIT)` does when pages are missing: EAGAIN, or a short read up
+    # to the first missing page. (Evicting pages for real is only advice to the kernel, and
+    # a missed RWF_NOWAIT read starts readahead, so the next look finds them.)
+    inline, _ = both
+    real_preadv = os.preadv
+
+    def uncached(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
+        if flags & os.RWF_NOWAIT:
+            if cache == "miss":
+                raise BlockingIOError(11, "Resource temporarily unavailable")
+            return real_preadv(fd, [memoryview(buffers[0])[:512]], offset, flags)
+        return real_preadv(fd, buffers, offset, flags)
+
+    monkeypatch.setattr(os, "preadv", uncached)
+    assert await _first_step(inline.read_bytes("data/a.bin", max_bytes=4096)) == (False, None)
+    assert await inline.read_bytes("data/a.bin", max_bytes=4096) == b"a" * 1024
+
+
+@pytest.mark.parametrize(
+    ("path", "max_bytes"),
+    [
+        ("data/a.bin", 4096),
+        ("data/empty", 16),
+        ("data/big", 10 * INLINE_READ_MAX_BYTES),  # too big to copy on the caller's thread
+        ("data/limit", 99),  # one byte over the caller's limit
+        ("data/limit", 100),
+        ("data/link", 4096),
+        ("data/out", 4096),
+        ("data/dirlink/x", 4096),
+        ("data/sub", 4096),
+        ("data/fifo", 4096),
+        ("data/missing", 4096),
+        ("missing/a.bin", 4096),
+        ("data/a.bin/x", 4096),
+        ("data/../data/a.bin", 4096),
+        ("data//a.bin", 4096),
+        ("./data/a.bin", 4096),
+        (".", 4096),
+    ],
+)
+async def test_reads_answer_the_same_inline_or_on_the_thread(
+    both: tuple[BeneathRootFs, BeneathRootFs], path: str, max_bytes: int
+) -> None:
+    inline, threaded = both
+    for _ in range(2):  # the second time, whatever the first looked up is cached
+        expected = await _outcome(threaded.read_bytes(path, max_bytes=max_bytes))
+        assert await _outcome(inline.read_bytes(path, max_bytes=max_bytes)) == expected
+    assert expected != b"CANARY"
+    done, _ = await _first_step(inline.read_bytes(path, max_bytes=max_bytes))
+    # Only a small regular file within the limits is ever answered without the thread.
+    small = {("data/a.bin", 4096), ("data/empty", 16), ("data/limit", 100)}
+    assert done is (inline.inline_io and (path, max_bytes) in small)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "data/a.bin",
+        "data/sub",
+        "data",
+        "data/missing",
+        "missing/a.bin",
+        "data/link",
+        "data/out",
+        "data/dirlink/x",
+        "data/fifo",
+        "data/a.bin/x",
+        "data/../data/a.bin",
+        ".",
+    ],
+)
+async def test_existence_answers_the_same_inline_or_on_the_thread(
+    both: tuple[BeneathRootFs, BeneathRootFs], path: str
+) -> None:
+    inline, threaded = both
+    for _ in range(2):
+        expected = await _outcome(threaded.exists(path))
+        assert await _outcome(inline.exists(path)) == expected
+
+
+async def test_a_closed_adapter_answers_inline_requests_as_the_thread_does(
+    both: tuple[BeneathRootFs, BeneathRootFs],
+) -> None:
+    inline, threaded = both
+    inline.close()
+    threaded.close()
+    for fs in (inline, threaded):
+        assert await _outcome(fs.read_bytes("data/a.bin", max_bytes=4096)) == "SAND_FS_IO_ERROR"
