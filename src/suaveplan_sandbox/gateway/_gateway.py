@@ -28,7 +28,6 @@ import asyncio
 import inspect
 import logging
 import socket
-import sys
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -46,6 +45,7 @@ from suaveplan_sandbox.adapters._protocols import (
     Subscription,
 )
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.gateway._eager import Finished, start_eagerly
 from suaveplan_sandbox.metrics import CAPABILITY_CALLS
 from suaveplan_sandbox.permissions._clock import Clock, MonotonicClock
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
@@ -233,9 +233,10 @@ class Gateway:
         Validation, the decision and `on_denial` run right here, with no task; so does a
         synchronous adapter method. A coroutine adapter always runs inside an `asyncio.Task`,
         because `asyncio.timeout`, task groups and anyio cancel scopes (httpx) need a current
-        task and the VM host calls this from a socket callback, where none is running. From
-        Python 3.12 that task starts eagerly (`eager_start=True`): its first step runs here,
-        so an adapter that never suspends is answered without a trip round the loop.
+        task and the VM host calls this from a socket callback, where none is running. That
+        task starts eagerly (`start_eagerly`: `eager_start=True` from Python 3.12, the same
+        done by hand on 3.11): its first step runs here, so an adapter that never suspends is
+        answered without a trip round the loop.
         `(True, result)`: the request completed here (its audit row and metrics are written;
         errors are raised here, as `dispatch` raises them). `(False, task)`: the `asyncio.Task`
         finishes the same request with the same result, errors, audit row and metrics as
@@ -243,13 +244,13 @@ class Gateway:
         `events.subscribe` is denied `malformed-payload`, as by `dispatch` without one.
         """
         started, cap, op, decision, call = self._admit(capability, operation, args, None)
-        task: asyncio.Task[object] | None = None
+        task: asyncio.Task[object] | Finished | None = None
         try:
             try:
                 raw = self._method(call)(*call.args, **call.kwargs)
                 if type(raw) is CoroutineType or _awaitable(raw):
                     # The task settles the request itself (audit row, metrics, errors).
-                    task = self._start_task(
+                    task = start_eagerly(
                         self._settle(cap, op, decision, started, lambda: self._in_task(call, raw))
                     )
                 else:
@@ -261,22 +262,17 @@ class Gateway:
             raise
         except Exception as exc:
             raise self._adapter_failed(cap, op, decision, started, exc) from None
+        if type(task) is Finished:
+            return True, task.result()  # `_settle` wrote its audit row and metrics
         if task is not None:
-            return (True, task.result()) if task.done() else (False, task)
+            return False, task
         self._finish(cap, op, decision, started, outcome="ok", code=None)
         return True, result
-
-    @staticmethod
-    def _start_task(coro: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
-        loop = asyncio.get_running_loop()
-        if sys.version_info >= (3, 12):  # a task whose first step runs as it is created
-            return asyncio.Task(coro, loop=loop, eager_start=True)
-        return loop.create_task(coro)
 
     async def _in_task(self, call: _AdapterCall, raw: Awaitable[object]) -> object:
         """Await an adapter's awaitable in the current task, which `close()` can cancel."""
         task = asyncio.current_task()
-        assert task is not None  # only ever awaited by the task `_start_task` made
+        assert task is not None  # only ever awaited by the task `start_eagerly` made
         if self._closed:  # closed before this task first ran: the adapter never starts
             if inspect.iscoroutine(raw):
                 raw.close()
