@@ -21,11 +21,15 @@ is shared and noisy, so every figure is the median of several alternating rounds
   wall time here is close to the sum of both processes' CPU (they take turns; the kernel's
   wake-ups are part of each one's CPU), so these say which side a ratio comes from. The
   host's is this process's CPU time, the peer's `sum_exec_runtime` from `/proc/<pid>/schedstat`.
-- **proxied read** against the asyncio echo, and against two no-op calls: a read is two
-  round trips (the call and the worker's host call), so the second ratio is what the gateway
-  and adapter add. The in-memory adapter is a coroutine that never suspends: from Python 3.12
-  its task starts eagerly and the host call is answered inline; on 3.11 the task's first step
-  and its done callback each cost a trip round the loop.
+- **proxied read** of a 1 KiB file through the default adapter (`BeneathRootFs`, which
+  answers a read the kernel's caches can serve without a thread) against the asyncio echo,
+  and against two no-op calls: a read is two round trips (the call and the worker's host
+  call), so the second ratio is what the gateway and adapter add. Also through the in-memory
+  fake (what the IPC and gateway cost with no filesystem at all) and through the adapter's
+  thread (`inline_io=False`, what every read cost before). Both adapters are coroutines that
+  do not suspend here: from Python 3.12 their task starts eagerly and the host call is
+  answered inline; on 3.11 the task's first step and its done callback each cost a trip
+  round the loop.
 - **busy polling**: the default sandbox polls for answers (`busy_poll_us`); no echo peer
   does. So every call row is also given for a sandbox with `busy_poll_us=0`, the
   like-for-like comparison of the code paths, and the read against the blocking echo too;
@@ -53,7 +57,7 @@ import msgpack
 import uvloop
 
 from benchmarks._harness import BenchRow, measure, ratio_row
-from suaveplan_sandbox.adapters import Adapters
+from suaveplan_sandbox.adapters import Adapters, BeneathRootFs
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.protocol import NEED_DATA, Call, FrameDecoder, encode
 from suaveplan_sandbox.testing import InMemoryFs
@@ -242,6 +246,8 @@ def _bare_fork() -> None:
 def run() -> list[BenchRow]:
     root = Path(tempfile.mkdtemp(prefix="bench-vm-"))
     (root / "p.py").write_text(_SRC)
+    (root / "data").mkdir()
+    (root / "data" / "a.bin").write_bytes(b"x" * 1024)
     policy = PermissionPolicy.from_manifest(
         {"name": "bench", "version": "1.0.0", "permissions": {"fs": ["./data/*"]}}, root=root
     )
@@ -296,16 +302,24 @@ def run() -> list[BenchRow]:
             ratio_row("vm.create", create_s, "fresh python -I -S", fresh, at_least_faster=4)
         )
 
-        # The default sandbox polls for answers (busy_poll_us); the second does not, so its
-        # rows show what polling buys and its CPU rows what the sandbox's code costs.
-        sb, sb0 = [
+        # The default sandbox polls for answers (busy_poll_us) and reads through the default
+        # fs adapter; the second does not poll, so its rows show what polling buys and its
+        # CPU rows what the sandbox's code costs. The last two read through the in-memory
+        # fake and through the default adapter's thread.
+        threaded = BeneathRootFs(root, inline_io=False)
+        sb, sb0, sbm, sbt = [
             await create_vm_sandbox(
                 plugin_module_path=str(root / "p.py"),
                 policy=policy,
-                proxies=Adapters(fs=fs),
+                proxies=proxies,
                 busy_poll_us=poll_us,
             )
-            for poll_us in (DEFAULT_BUSY_POLL_US, 0)
+            for poll_us, proxies in (
+                (DEFAULT_BUSY_POLL_US, None),
+                (0, None),
+                (DEFAULT_BUSY_POLL_US, Adapters(fs=fs)),
+                (DEFAULT_BUSY_POLL_US, Adapters(fs=threaded)),
+            )
         ]
         echo, codec_echo = _Echo(), _Echo(_CODEC_ECHO)
         try:
@@ -313,7 +327,7 @@ def run() -> list[BenchRow]:
             await _per_call(lambda: sb0.call("noop"), 200)
             await echo.asyncio_driven(200)
             await codec_echo.codec_driven(200)
-            calls, reads, calls0, reads0 = [], [], [], []
+            calls, reads, calls0, reads0, reads_mem, reads_thread = [], [], [], [], [], []
             xp_async, xp_block, xp_codec = [], [], []
             echo_cpu, call_cpu, read_cpu = _Cpu(echo.proc.pid), _Cpu(sb.pid), _Cpu(sb.pid)
             call0_cpu, read0_cpu = _Cpu(sb0.pid), _Cpu(sb0.pid)
@@ -325,12 +339,15 @@ def run() -> list[BenchRow]:
                 xp_block.append(echo.blocking(1000))
                 reads.append(await read_cpu.run(_per_call(lambda: sb.call("read"), 300), 300))
                 reads0.append(await read0_cpu.run(_per_call(lambda: sb0.call("read"), 300), 300))
+                reads_mem.append(await _per_call(lambda: sbm.call("read"), 300))
+                reads_thread.append(await _per_call(lambda: sbt.call("read"), 300))
                 fs.calls.clear()  # the fake adapter records every call
         finally:
             echo.close()
             codec_echo.close()
-            await sb.dispose()
-            await sb0.dispose()
+            for box in (sb, sb0, sbm, sbt):
+                await box.dispose()
+            threaded.close()
         call_s, read_s = statistics.median(calls), statistics.median(reads)
         call0_s, read0_s = statistics.median(calls0), statistics.median(reads0)
         base_async, base_block = statistics.median(xp_async), statistics.median(xp_block)
@@ -363,6 +380,19 @@ def run() -> list[BenchRow]:
                 "vm.call fs.read_bytes 1KiB, busy_poll_us=0", read0_s, cross, base_async, info=True
             )
         )
+        for label, samples in (
+            ("in-memory fake", reads_mem),
+            ("adapter's thread (inline_io=False)", reads_thread),
+        ):
+            rows.append(
+                ratio_row(
+                    f"vm.call fs.read_bytes 1KiB, {label}",
+                    statistics.median(samples),
+                    cross,
+                    base_async,
+                    info=True,
+                )
+            )
         rows.append(
             ratio_row(
                 "vm.call fs.read_bytes 1KiB",

@@ -6,8 +6,8 @@ the host runs one *job* at a time — a plugin call or an event delivery — and
 in FIFO order. A `loop.add_reader` callback decodes worker frames and resolves the job's
 future directly; the next queued job is sent from the same callback, so a call costs one
 future and no task. Host calls made during a job go through `Gateway.dispatch_eager` from the
-same callback: answered inline when it completes there (a synchronous adapter; from Python
-3.12 also a coroutine adapter that never suspends, in its eagerly started task), otherwise
+same callback: answered inline when it completes there (a synchronous adapter, or a
+coroutine adapter that never suspends, in its eagerly started task), otherwise
 when the gateway's task for it is done; replies are bound to that job (a reply never
 reaches a later job) and dispose cancels the tasks still running. Budgets cost nothing
 per call unless set, and little when set: the wall clock is one timer that outlives jobs
