@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import (
@@ -206,3 +208,64 @@ async def test_a_closed_adapter_answers_inline_requests_as_the_thread_does(
     threaded.close()
     for fs in (inline, threaded):
         assert await _outcome(fs.read_bytes("data/a.bin", max_bytes=4096)) == "SAND_FS_IO_ERROR"
+
+
+# -- from the attacker's side: any path, any tree -------------------------------------------
+
+_NAMES = ["data", "sub", "a.bin", "empty", "big", "limit", "link", "dirlink", "out", "fifo"]
+_COMPONENT = st.sampled_from([*_NAMES, "..", ".", "", "missing", "\0", "a.bin\0", "é"])
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BeneathRootFs]:
+    base = tmp_path_factory.mktemp("attacked")
+    root = base / "root"
+    (root / "data" / "sub").mkdir(parents=True)
+    (root / "data" / "a.bin").write_bytes(b"a" * 1024)
+    (root / "data" / "sub" / "a.bin").write_bytes(b"s" * 10)
+    (root / "data" / "empty").write_bytes(b"")
+    (root / "data" / "big").write_bytes(b"b" * (INLINE_READ_MAX_BYTES + 1))
+    (root / "data" / "limit").write_bytes(b"l" * 100)
+    (root / "data" / "link").symlink_to("a.bin")
+    (root / "data" / "dirlink").symlink_to("sub")
+    (root / "data" / "sub" / "up").symlink_to("../..")
+    (base / "outside").write_bytes(b"CANARY")
+    (root / "data" / "out").symlink_to(base / "outside")
+    (root / "data" / "abs").symlink_to("/etc")
+    os.mkfifo(root / "data" / "fifo")
+    fs = BeneathRootFs(root, max_read_bytes=200_000)
+    yield fs
+    fs.close()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    parts=st.one_of(
+        st.lists(_COMPONENT, min_size=1, max_size=5),
+        st.lists(_COMPONENT, max_size=3).map(lambda rest: ["data", *rest]),  # mostly real
+    ),
+    limit=st.sampled_from([99, 100, 4096]),
+)
+def test_an_inline_answer_is_always_the_threads_answer(
+    attacked: BeneathRootFs, parts: list[str], limit: int
+) -> None:
+    # Whatever path a guest's request carries: the inline read either declines (None) or
+    # returns exactly what the thread's walk returns, and never anything from outside the root.
+    path = "/".join(parts)
+    try:
+        expected: bytes | str = attacked._read_sync(path, limit)
+    except SuaveplanError as exc:
+        expected = exc.code
+    except ValueError:  # an embedded NUL, refused by the OS layer before any lookup
+        expected = "ValueError"
+    got = attacked._read_cached(path, limit)
+    assert got is None or got == expected
+    assert got != b"CANARY"
+    try:
+        exists: bool | str = attacked._exists_sync(path)
+    except SuaveplanError as exc:
+        exists = exc.code
+    except ValueError:
+        exists = "ValueError"
+    found = attacked._exists_cached(path)
+    assert found is None or found == exists
