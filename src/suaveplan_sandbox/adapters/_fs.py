@@ -46,14 +46,19 @@ import threading
 from pathlib import Path
 from typing import Final, NoReturn, final
 
+from suaveplan_sandbox.adapters._openat2 import (
+    HOW_PATH,
+    HOW_READ,
+    HOW_SIZE,
+    NR_OPENAT2,
+    RESOLVE,
+    RESOLVE_CACHED,
+    SYSCALL,
+    OpenHow,
+    filesystem_type,
+)
 from suaveplan_sandbox.errors import SuaveplanError
 
-_SYS_OPENAT2: Final = 437
-_RESOLVE_NO_MAGICLINKS: Final = 0x02
-_RESOLVE_NO_SYMLINKS: Final = 0x04
-_RESOLVE_BENEATH: Final = 0x08
-_RESOLVE_CACHED: Final = 0x20
-_RESOLVE: Final = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
 # Largest file a read may copy on the calling thread (a memcpy of a few microseconds).
 INLINE_READ_MAX_BYTES: Final = 64 * 1024
 # `statfs.f_type` of filesystems whose open, stat and cached read never wait on a server or a
@@ -74,49 +79,6 @@ LOCAL_FILESYSTEMS: Final = frozenset(
 _DEFAULT_MAX_READ: Final = 16 * 1024 * 1024
 _DEFAULT_MAX_WRITE: Final = 16 * 1024 * 1024
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = (
-        ("flags", ctypes.c_uint64),
-        ("mode", ctypes.c_uint64),
-        ("resolve", ctypes.c_uint64),
-    )
-
-
-# Arguments of every `openat2` call, built once (ctypes objects are reusable arguments).
-_NR_OPENAT2: Final = ctypes.c_long(_SYS_OPENAT2)
-_HOW_SIZE: Final = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
-# The inline reads' opens. O_NONBLOCK: a FIFO planted in the tree must not hang the host.
-_HOW_READ: Final = ctypes.pointer(
-    _OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, _RESOLVE | _RESOLVE_CACHED)
-)
-_HOW_PATH: Final = ctypes.pointer(_OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE | _RESOLVE_CACHED))
-
-
-def _load_libc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        libc.fstatfs.restype = ctypes.c_int
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-_LIBC = _load_libc()
-_SYSCALL = _LIBC.syscall if _LIBC is not None else None
-
-
-def filesystem_type(fd: int) -> int | None:
-    """`statfs.f_type` of the filesystem holding `fd` (its first field, a C long on Linux), or
-    None where it cannot be read."""
-    if _LIBC is None:
-        return None
-    buf = ctypes.create_string_buffer(256)  # > sizeof(struct statfs) on every Linux ABI
-    if _LIBC.fstatfs(ctypes.c_int(fd), buf) != 0:
-        return None
-    return ctypes.c_ulong.from_buffer(buf).value & 0xFFFFFFFF
 
 
 def _raise(code: str, message: str, exc: BaseException | None = None) -> NoReturn:
@@ -178,7 +140,7 @@ class BeneathRootFs:
         self._root_fd_c = ctypes.c_int(self._root_fd)
         self.max_read_bytes = max_read_bytes
         self.max_write_bytes = max_write_bytes
-        self._openat2 = _SYSCALL is not None and use_openat2 is not False
+        self._openat2 = SYSCALL is not None and use_openat2 is not False
         if self._openat2 and not self._probe_openat2():
             if use_openat2:
                 _raise("SAND_FS_IO_ERROR", "openat2 is not available on this kernel")
@@ -239,16 +201,14 @@ class BeneathRootFs:
     def _openat2_raw(self, dir_fd: int, rel: str, flags: int, mode: int, *, cached: bool) -> int:
         """The `openat2` system call: an fd, or -1 with the error in `ctypes.get_errno()`."""
         # openat2 rejects a mode without O_CREAT (EINVAL).
-        how = _OpenHow(
+        how = OpenHow(
             flags,
             mode if flags & os.O_CREAT else 0,
-            _RESOLVE | _RESOLVE_CACHED if cached else _RESOLVE,
+            RESOLVE | RESOLVE_CACHED if cached else RESOLVE,
         )
-        assert _SYSCALL is not None
+        assert SYSCALL is not None
         return int(
-            _SYSCALL(
-                _NR_OPENAT2, ctypes.c_int(dir_fd), os.fsencode(rel), ctypes.byref(how), _HOW_SIZE
-            )
+            SYSCALL(NR_OPENAT2, ctypes.c_int(dir_fd), os.fsencode(rel), ctypes.byref(how), HOW_SIZE)
         )
 
     def _openat2_call(self, dir_fd: int, rel: str, flags: int, mode: int = 0) -> int:
@@ -406,20 +366,20 @@ class BeneathRootFs:
 
     # -- answered without I/O, or not at all ------------------------------------------------
 
-    def _open_cached(self, path: str, how: ctypes._Pointer[_OpenHow]) -> int:
+    def _open_cached(self, path: str, how: ctypes._Pointer[OpenHow]) -> int:
         """An fd for `path` (opened as `how` says) resolved from the kernel's caches alone, or
         minus the error: `-EAGAIN` where that needs I/O, `-EINVAL` for a path no request may
         name (the thread's walk refuses those with their own error) or a closed adapter."""
         parts = path.split("/")
         if self._root_fd < 0 or "" in parts or "." in parts or ".." in parts or "\0" in path:
             return -errno.EINVAL
-        assert _SYSCALL is not None
-        fd = int(_SYSCALL(_NR_OPENAT2, self._root_fd_c, os.fsencode(path), how, _HOW_SIZE))
+        assert SYSCALL is not None
+        fd = int(SYSCALL(NR_OPENAT2, self._root_fd_c, os.fsencode(path), how, HOW_SIZE))
         return fd if fd >= 0 else -ctypes.get_errno()
 
     def _read_cached(self, path: str, limit: int) -> bytes | None:
         """The whole of a small regular file, when nothing has to wait on I/O; else None."""
-        fd = self._open_cached(path, _HOW_READ)
+        fd = self._open_cached(path, HOW_READ)
         if fd < 0:
             return None
         try:
@@ -440,7 +400,7 @@ class BeneathRootFs:
     def _exists_cached(self, path: str) -> bool | None:
         """`_exists_sync`'s answer when the caches alone give it (a file, a directory or a
         missing entry); None otherwise (a link, an error, a cache miss)."""
-        fd = self._open_cached(path, _HOW_PATH)
+        fd = self._open_cached(path, HOW_PATH)
         if fd < 0:
             # A missing entry the caches know is missing is False, as on the thread; wherever
             # along the path it is missing (`_exists_sync` says False for both).

@@ -1,0 +1,64 @@
+"""The Linux system calls `BeneathRootFs` makes through ctypes: `openat2` (not in the `os`
+module) and `fstatfs` (`os.statvfs` has no filesystem type).
+
+`openat2` takes a `struct open_how`; every call names the root's fd, a relative path and
+`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, plus `RESOLVE_CACHED` for
+the inline path. The argument objects that never change are built once: a ctypes object can
+be passed to any number of calls, which saves ~1 us of conversions per call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Final
+
+SYS_OPENAT2: Final = 437
+RESOLVE_NO_MAGICLINKS: Final = 0x02
+RESOLVE_NO_SYMLINKS: Final = 0x04
+RESOLVE_BENEATH: Final = 0x08
+RESOLVE_CACHED: Final = 0x20
+RESOLVE: Final = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+
+
+class OpenHow(ctypes.Structure):
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+# Arguments of every `openat2` call, built once (ctypes objects are reusable arguments).
+NR_OPENAT2: Final = ctypes.c_long(SYS_OPENAT2)
+HOW_SIZE: Final = ctypes.c_size_t(ctypes.sizeof(OpenHow))
+# The inline reads' opens. O_NONBLOCK: a FIFO planted in the tree must not hang the host.
+HOW_READ: Final = ctypes.pointer(
+    OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, RESOLVE | RESOLVE_CACHED)
+)
+HOW_PATH: Final = ctypes.pointer(OpenHow(os.O_PATH | os.O_CLOEXEC, 0, RESOLVE | RESOLVE_CACHED))
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        libc.fstatfs.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+LIBC = _load_libc()
+SYSCALL = LIBC.syscall if LIBC is not None else None
+
+
+def filesystem_type(fd: int) -> int | None:
+    """`statfs.f_type` of the filesystem holding `fd` (its first field, a C long on Linux), or
+    None where it cannot be read."""
+    if LIBC is None:
+        return None
+    buf = ctypes.create_string_buffer(256)  # > sizeof(struct statfs) on every Linux ABI
+    if LIBC.fstatfs(ctypes.c_int(fd), buf) != 0:
+        return None
+    return ctypes.c_ulong.from_buffer(buf).value & 0xFFFFFFFF
