@@ -52,7 +52,6 @@ from suaveplan_sandbox.adapters._openat2 import (
     HOW_SIZE,
     NR_OPENAT2,
     RESOLVE,
-    RESOLVE_CACHED,
     SYSCALL,
     OpenHow,
     filesystem_type,
@@ -111,14 +110,18 @@ class _WriteTicket:
             self.cancelled = True
 
 
+def _normalised(parts: list[str]) -> bool:
+    """No empty, `.` or `..` component and no NUL: the only paths a request may name."""
+    return "" not in parts and "." not in parts and ".." not in parts and "\0" not in "".join(parts)
+
+
 def _components(path: str) -> list[str]:
     if path in (".", ""):
         return []
     parts = path.split("/")
-    for part in parts:
+    if not _normalised(parts):
         # The gateway hands us normalised paths; anything else is a host bug, refused anyway.
-        if part in ("", ".", "..") or "\0" in part:
-            _raise("SAND_FS_IO_ERROR", "the path is not normalised")
+        _raise("SAND_FS_IO_ERROR", "the path is not normalised")
     return parts
 
 
@@ -189,8 +192,9 @@ class BeneathRootFs:
 
     def _probe_cached(self) -> bool:
         """Whether this kernel has `RESOLVE_CACHED` (older ones refuse the flag: EINVAL)."""
+        assert SYSCALL is not None
         for _ in range(3):  # "." is cached once looked up; EAGAIN only on a first look
-            fd = self._openat2_raw(self._root_fd, ".", os.O_PATH | os.O_CLOEXEC, 0, cached=True)
+            fd = int(SYSCALL(NR_OPENAT2, self._root_fd_c, b".", HOW_PATH, HOW_SIZE))
             if fd >= 0:
                 os.close(fd)
                 return True
@@ -198,21 +202,13 @@ class BeneathRootFs:
                 return False
         return False
 
-    def _openat2_raw(self, dir_fd: int, rel: str, flags: int, mode: int, *, cached: bool) -> int:
-        """The `openat2` system call: an fd, or -1 with the error in `ctypes.get_errno()`."""
+    def _openat2_call(self, dir_fd: int, rel: str, flags: int, mode: int = 0) -> int:
         # openat2 rejects a mode without O_CREAT (EINVAL).
-        how = OpenHow(
-            flags,
-            mode if flags & os.O_CREAT else 0,
-            RESOLVE | RESOLVE_CACHED if cached else RESOLVE,
-        )
+        how = OpenHow(flags, mode if flags & os.O_CREAT else 0, RESOLVE)
         assert SYSCALL is not None
-        return int(
+        fd = int(
             SYSCALL(NR_OPENAT2, ctypes.c_int(dir_fd), os.fsencode(rel), ctypes.byref(how), HOW_SIZE)
         )
-
-    def _openat2_call(self, dir_fd: int, rel: str, flags: int, mode: int = 0) -> int:
-        fd = self._openat2_raw(dir_fd, rel, flags, mode, cached=False)
         if fd < 0:
             err = ctypes.get_errno()
             if err == errno.EAGAIN:  # a concurrent rename; the caller may retry
@@ -370,8 +366,7 @@ class BeneathRootFs:
         """An fd for `path` (opened as `how` says) resolved from the kernel's caches alone, or
         minus the error: `-EAGAIN` where that needs I/O, `-EINVAL` for a path no request may
         name (the thread's walk refuses those with their own error) or a closed adapter."""
-        parts = path.split("/")
-        if self._root_fd < 0 or "" in parts or "." in parts or ".." in parts or "\0" in path:
+        if self._root_fd < 0 or not _normalised(path.split("/")):
             return -errno.EINVAL
         assert SYSCALL is not None
         fd = int(SYSCALL(NR_OPENAT2, self._root_fd_c, os.fsencode(path), how, HOW_SIZE))

@@ -126,9 +126,6 @@ def start_eagerly(coro: Coroutine[Any, Any, object]) -> asyncio.Task[object] | F
             return task
         if task.cancelled():
             return Finished(None, asyncio.CancelledError())
-        return (
-            Finished(task.result(), None)
-            if task.exception() is None
-            else Finished(None, task.exception())
-        )
+        error = task.exception()  # retrieved: never reported as unretrieved
+        return Finished(None if error is not None else task.result(), error)
     return _start_311(loop, coro)

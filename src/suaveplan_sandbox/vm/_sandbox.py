@@ -540,18 +540,9 @@ class VmSandbox:
             self._reply(msg, job, value)
             return
         assert isinstance(value, asyncio.Task)
-        task: asyncio.Task[Any] = value
+        task: asyncio.Task[Any] = value  # started eagerly, and suspended: it waits on I/O
         self._host_tasks.add(task)
-        # A task not started eagerly (Python 3.11) has its first step queued already; this
-        # look, queued after it, runs in the same trip round the loop, so an adapter that did
-        # not suspend is answered then instead of a trip later, by the done callback.
-        self._loop.call_soon(self._host_call_stepped, msg, job, task)
-
-    def _host_call_stepped(self, msg: HostCall, job: _Job, task: asyncio.Task[Any]) -> None:
-        if task.done():
-            self._host_call_done(msg, job, task)
-        else:
-            task.add_done_callback(lambda t: self._host_call_done(msg, job, t))
+        task.add_done_callback(lambda t: self._host_call_done(msg, job, t))
 
     def _host_call_done(self, msg: HostCall, job: _Job, task: asyncio.Task[Any]) -> None:
         self._host_tasks.discard(task)
