@@ -76,7 +76,9 @@ _FRESH = (
     "import suaveplan_sandbox.vm._worker_loop"
 )
 
-# The echo peer: same framing as the worker channel, raw msgpack, nothing else.
+# The echo peer: same framing as the worker channel, raw msgpack, nothing else. A call named
+# "read" is answered as a worker answers a proxied read: a host call first, then the result
+# carrying the host's reply (two round trips, no validation, no gateway, no adapter).
 _ECHO = """
 import json, socket, sys
 sys.path[:0] = json.loads(sys.argv[2])
@@ -92,7 +94,16 @@ while True:
         end = 4 + int.from_bytes(buf[:4], "big")
         req = msgpack.unpackb(buf[4:end], raw=False)
         buf = buf[end:]
-        rep = msgpack.packb(["result", req[1], None], use_bin_type=True)
+        value = None
+        if req[2] == "read":
+            hc = msgpack.packb(["hostcall", 1, "fs", "read_bytes", {"path": "a"}])
+            s.sendall(len(hc).to_bytes(4, "big") + hc)
+            while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+                buf += s.recv(262144)
+            end = 4 + int.from_bytes(buf[:4], "big")
+            value = msgpack.unpackb(buf[4:end], raw=False)[2]
+            buf = buf[end:]
+        rep = msgpack.packb(["result", req[1], value], use_bin_type=True)
         s.sendall(len(rep).to_bytes(4, "big") + rep)
 """
 
@@ -120,9 +131,17 @@ while True:
 ROUNDS: Final = 5
 
 
-def _frame() -> bytes:
-    req = msgpack.packb(["call", 1, "noop", [], {}], use_bin_type=True)
+def _frame(name: str = "noop") -> bytes:
+    req = msgpack.packb(["call", 1, name, [], {}], use_bin_type=True)
     return bytes(len(req).to_bytes(4, "big") + req)
+
+
+def _recv_frame(sock: socket.socket) -> object:
+    """One whole frame's message, blocking."""
+    data = sock.recv(65536)
+    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+        data += sock.recv(65536)
+    return msgpack.unpackb(data[4:], raw=False)
 
 
 class _Echo:
@@ -143,6 +162,20 @@ class _Echo:
         for _ in range(n):
             sock.sendall(frame)
             msgpack.unpackb(sock.recv(65536)[4:], raw=False)
+        return (time.perf_counter() - t) / n
+
+    def blocking_read(self, n: int) -> float:
+        """A proxied read's two round trips with no sandbox at all: the call, the peer's host
+        call, a 1 KiB reply from here, the result carrying it. Blocking, like `blocking`."""
+        sock, frame = self.sock, _frame("read")
+        reply = msgpack.packb(["hostreply", 1, b"x" * 1024], use_bin_type=True)
+        reply = len(reply).to_bytes(4, "big") + reply
+        t = time.perf_counter()
+        for _ in range(n):
+            sock.sendall(frame)
+            _recv_frame(sock)  # the host call
+            sock.sendall(reply)
+            _recv_frame(sock)  # the result
         return (time.perf_counter() - t) / n
 
     async def asyncio_driven(self, n: int) -> float:
@@ -328,7 +361,7 @@ def run() -> list[BenchRow]:
             await echo.asyncio_driven(200)
             await codec_echo.codec_driven(200)
             calls, reads, calls0, reads0, reads_mem, reads_thread = [], [], [], [], [], []
-            xp_async, xp_block, xp_codec = [], [], []
+            xp_async, xp_block, xp_codec, xp_read = [], [], [], []
             echo_cpu, call_cpu, read_cpu = _Cpu(echo.proc.pid), _Cpu(sb.pid), _Cpu(sb.pid)
             call0_cpu, read0_cpu = _Cpu(sb0.pid), _Cpu(sb0.pid)
             for _ in range(ROUNDS):
@@ -337,6 +370,7 @@ def run() -> list[BenchRow]:
                 calls0.append(await call0_cpu.run(_per_call(lambda: sb0.call("noop"), 1000), 1000))
                 xp_codec.append(await codec_echo.codec_driven(1000))
                 xp_block.append(echo.blocking(1000))
+                xp_read.append(echo.blocking_read(300))
                 reads.append(await read_cpu.run(_per_call(lambda: sb.call("read"), 300), 300))
                 reads0.append(await read0_cpu.run(_per_call(lambda: sb0.call("read"), 300), 300))
                 reads_mem.append(await _per_call(lambda: sbm.call("read"), 300))
@@ -399,6 +433,28 @@ def run() -> list[BenchRow]:
                 read_s,
                 "cross-process msgpack echo (blocking)",
                 base_block,
+                info=True,
+            )
+        )
+        # The floor for any proxied read: its two round trips between two blocking processes
+        # that do nothing else. Against one blocking echo it shows how much of a "2x the
+        # echo" budget the round trips alone take, before validation, gateway and adapter.
+        raw_read = statistics.median(xp_read)
+        rows.append(
+            ratio_row(
+                "raw read: 2 round trips, blocking, no sandbox",
+                raw_read,
+                "cross-process msgpack echo (blocking)",
+                base_block,
+                info=True,
+            )
+        )
+        rows.append(
+            ratio_row(
+                "vm.call fs.read_bytes 1KiB",
+                read_s,
+                "raw read: 2 round trips, blocking, no sandbox",
+                raw_read,
                 info=True,
             )
         )

@@ -14,12 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suaveplan_sandbox.adapters import _fs
-from suaveplan_sandbox.adapters._fs import (
-    INLINE_READ_MAX_BYTES,
-    LOCAL_FILESYSTEMS,
-    BeneathRootFs,
-    filesystem_type,
-)
+from suaveplan_sandbox.adapters._fs import INLINE_READ_MAX_BYTES, LOCAL_FILESYSTEMS, BeneathRootFs
+from suaveplan_sandbox.adapters._openat2 import filesystem_type
 from suaveplan_sandbox.errors import SuaveplanError
 
 NFS_MAGIC = 0x6969
