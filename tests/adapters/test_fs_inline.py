@@ -4,7 +4,12 @@ otherwise on a thread, with the same answers either way."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import json
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +20,7 @@ from hypothesis import strategies as st
 
 from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import INLINE_READ_MAX_BYTES, LOCAL_FILESYSTEMS, BeneathRootFs
-from suaveplan_sandbox.adapters._openat2 import filesystem_type
+from suaveplan_sandbox.adapters._openat2 import HOW_PATH, HOW_READ, RESOLVE_NO_XDEV, filesystem_type
 from suaveplan_sandbox.errors import SuaveplanError
 
 NFS_MAGIC = 0x6969
@@ -265,3 +270,82 @@ def test_an_inline_answer_is_always_the_threads_answer(
         exists = "ValueError"
     found = attacked._exists_cached(path)
     assert found is None or found == exists
+
+
+_ACROSS_A_MOUNT = """
+import json, os, subprocess, sys
+from suaveplan_sandbox.adapters._fs import BeneathRootFs
+from suaveplan_sandbox.adapters._openat2 import HOW_PATH, HOW_READ
+root = sys.argv[1]
+inner = os.path.join(root, "data", "inner")
+subprocess.run(["mount", "-t", "tmpfs", "none", inner], check=True)
+with open(os.path.join(inner, "f"), "wb") as f:
+    f.write(b"mounted")
+fs = BeneathRootFs(root)
+thread = fs._read_sync("data/inner/f", 4096)  # the caches know the path from here on
+print(json.dumps({
+    "inline_io": fs.inline_io,
+    "thread": thread.decode(),
+    "open": fs._open_cached("data/inner/f", HOW_READ),
+    "open_path": fs._open_cached("data/inner/f", HOW_PATH),
+    "read": fs._read_cached("data/inner/f", 4096),
+    "exists": fs._exists_cached("data/inner/f"),
+    "beside": fs._read_cached("data/a.bin", 4096) is not None,
+    # A root that is itself in memory (tmpfs refuses RWF_NOWAIT): read inline, plainly.
+    "memory_root": (BeneathRootFs(inner)._read_cached("f", 4096) or b"").decode(),
+}))
+"""
+
+
+def test_a_mount_inside_the_root_is_never_crossed_inline(tmp_path: Path) -> None:
+    # The root's filesystem type is what made the inline path safe; a mount below the root
+    # (an NFS share, say, whose open asks a server) must not be reached by it. Made in a
+    # private mount namespace, so nothing outside this test sees it.
+    root = tmp_path / "root"
+    (root / "data" / "inner").mkdir(parents=True)
+    (root / "data" / "a.bin").write_bytes(b"a" * 16)
+    unshare = shutil.which("unshare")
+    private = unshare is not None and (
+        subprocess.run([unshare, "-m", "true"], capture_output=True, check=False).returncode == 0
+    )
+    if unshare is None or not private:
+        # No private mount namespace here (not root, or no util-linux): hold what the kernel
+        # would be asked instead, that the inline opens refuse to cross a mount point.
+        assert HOW_READ.contents.resolve & RESOLVE_NO_XDEV
+        assert HOW_PATH.contents.resolve & RESOLVE_NO_XDEV
+        return
+    out = subprocess.run(
+        [unshare, "-m", sys.executable, "-c", _ACROSS_A_MOUNT, str(root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seen = json.loads(out.stdout)
+    assert seen["thread"] == "mounted"  # the thread reads it (the walk may cross mounts)
+    if seen["inline_io"]:
+        # Refused at the mount point: EXDEV, or EAGAIN where the kernel leaves the cached walk
+        # to check it (either way the inline path declines).
+        assert seen["open"] in (-errno.EXDEV, -errno.EAGAIN)
+        assert seen["open_path"] in (-errno.EXDEV, -errno.EAGAIN)
+        assert seen["read"] is None and seen["exists"] is None
+        assert seen["beside"] is True  # the same adapter still reads its own filesystem inline
+        assert seen["memory_root"] == "mounted"
+
+
+async def test_a_filesystem_refusing_rwf_nowait_stops_being_read_inline(
+    both: tuple[BeneathRootFs, BeneathRootFs], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inline, _ = both
+    tries: list[int] = []
+
+    def refused(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
+        tries.append(flags)
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "preadv", refused)
+    for _ in range(3):
+        assert await inline.read_bytes("data/a.bin", max_bytes=4096) == b"a" * 1024
+    # Tried once, then every read went straight to the thread (never tried without inline_io).
+    assert len(tries) == (1 if inline.inline_io else 0)
+    if inline.inline_io:  # existence checks need no read: still answered inline
+        assert await _first_step(inline.exists("data/a.bin")) == (True, True)

@@ -23,8 +23,12 @@ directory or revalidate an entry, and `preadv` with `RWF_NOWAIT` returns only da
 in the page cache. A read is served inline only when the file is a regular one of at most
 `INLINE_READ_MAX_BYTES` (copying more would hold the loop), every byte came back, and the
 root is on a local filesystem (`LOCAL_FILESYSTEMS`): on NFS, FUSE and the like an `open`
-itself asks a server or a daemon, which no flag prevents. Anything else — a miss, an error,
-a short read, a file that grew — goes to the thread, which decides the answer as before, so
+itself asks a server or a daemon, which no flag prevents. The inline open also refuses to
+cross a mount point (`RESOLVE_NO_XDEV`), so an NFS share mounted below the root is never
+reached from the loop. A root in memory (tmpfs, ramfs: `MEMORY_FILESYSTEMS`) is read without
+`RWF_NOWAIT`, which tmpfs refuses and which it does not need; a filesystem that refuses it
+anyway stops being read inline at the first refusal. Anything else — a miss, an error, a
+short read, a file that grew — goes to the thread, which decides the answer as before, so
 the inline path changes latency, never results. `inline_io=False` turns it off.
 
 A write whose awaiting task is cancelled (the gateway cancels in-flight calls when a sandbox
@@ -60,20 +64,15 @@ from suaveplan_sandbox.errors import SuaveplanError
 
 # Largest file a read may copy on the calling thread (a memcpy of a few microseconds).
 INLINE_READ_MAX_BYTES: Final = 64 * 1024
-# `statfs.f_type` of filesystems whose open, stat and cached read never wait on a server or a
-# daemon: ext2/3/4, xfs, btrfs, tmpfs, ramfs, overlayfs, f2fs, zfs, bcachefs.
-LOCAL_FILESYSTEMS: Final = frozenset(
-    {
-        0xEF53,
-        0x58465342,
-        0x9123683E,
-        0x01021994,
-        0x858458F6,
-        0x794C7630,
-        0xF2F52010,
-        0x2FC12FC1,
-        0xCA451A4E,
-    }
+# `statfs.f_type` of filesystems in memory: their data is never read from a device (tmpfs
+# may swap, as the host's own memory may), so a plain read cannot wait on I/O; tmpfs refuses
+# RWF_NOWAIT (EOPNOTSUPP). tmpfs, ramfs.
+MEMORY_FILESYSTEMS: Final = frozenset({0x01021994, 0x858458F6})
+# `statfs.f_type` of filesystems whose open and stat never wait on a server or a daemon, and
+# whose cached reads RWF_NOWAIT can tell apart: ext2/3/4, xfs, btrfs, overlayfs, f2fs, zfs,
+# bcachefs; and the memory ones.
+LOCAL_FILESYSTEMS: Final = MEMORY_FILESYSTEMS | frozenset(
+    {0xEF53, 0x58465342, 0x9123683E, 0x794C7630, 0xF2F52010, 0x2FC12FC1, 0xCA451A4E}
 )
 _DEFAULT_MAX_READ: Final = 16 * 1024 * 1024
 _DEFAULT_MAX_WRITE: Final = 16 * 1024 * 1024
@@ -148,13 +147,17 @@ class BeneathRootFs:
             if use_openat2:
                 _raise("SAND_FS_IO_ERROR", "openat2 is not available on this kernel")
             self._openat2 = False
+        fs_type = filesystem_type(self._root_fd)
         self._inline = (
             inline_io
             and self._openat2
             and hasattr(os, "RWF_NOWAIT")
-            and filesystem_type(self._root_fd) in LOCAL_FILESYSTEMS
+            and fs_type in LOCAL_FILESYSTEMS
             and self._probe_cached()
         )
+        # Flags of the inline read: none in memory; elsewhere only what is cached. Reads stop
+        # being tried inline (0 here -> -1) if the filesystem refuses RWF_NOWAIT after all.
+        self._read_flags = 0 if fs_type in MEMORY_FILESYSTEMS else getattr(os, "RWF_NOWAIT", -1)
 
     def __repr__(self) -> str:
         return (
@@ -383,11 +386,13 @@ class BeneathRootFs:
             if not stat.S_ISREG(st.st_mode) or size > min(limit, INLINE_READ_MAX_BYTES):
                 return None
             buf = bytearray(size + 1)  # one byte more: a file that grew is left to the thread
-            if os.preadv(fd, [buf], 0, os.RWF_NOWAIT) != size:
+            if os.preadv(fd, [buf], 0, self._read_flags) != size:
                 return None  # not all cached, or the file changed since the fstat
             del buf[size:]
             return bytes(buf)
-        except OSError:
+        except OSError as exc:
+            if exc.errno == errno.EOPNOTSUPP:  # no RWF_NOWAIT here: stop trying
+                self._read_flags = -1
             return None
         finally:
             os.close(fd)
@@ -411,7 +416,7 @@ class BeneathRootFs:
     # -- FsAdapter --------------------------------------------------------------------------
 
     async def read_bytes(self, path: str, *, max_bytes: int) -> bytes:
-        if self._inline:
+        if self._inline and self._read_flags >= 0:
             data = self._read_cached(path, min(max_bytes, self.max_read_bytes))
             if data is not None:
                 return data

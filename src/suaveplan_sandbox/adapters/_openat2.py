@@ -14,6 +14,7 @@ import os
 from typing import Final
 
 SYS_OPENAT2: Final = 437
+RESOLVE_NO_XDEV: Final = 0x01
 RESOLVE_NO_MAGICLINKS: Final = 0x02
 RESOLVE_NO_SYMLINKS: Final = 0x04
 RESOLVE_BENEATH: Final = 0x08
@@ -32,11 +33,12 @@ class OpenHow(ctypes.Structure):
 # Arguments of every `openat2` call, built once (ctypes objects are reusable arguments).
 NR_OPENAT2: Final = ctypes.c_long(SYS_OPENAT2)
 HOW_SIZE: Final = ctypes.c_size_t(ctypes.sizeof(OpenHow))
-# The inline reads' opens. O_NONBLOCK: a FIFO planted in the tree must not hang the host.
-HOW_READ: Final = ctypes.pointer(
-    OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, RESOLVE | RESOLVE_CACHED)
-)
-HOW_PATH: Final = ctypes.pointer(OpenHow(os.O_PATH | os.O_CLOEXEC, 0, RESOLVE | RESOLVE_CACHED))
+# The inline path's opens: from the caches alone, and never across a mount point (EXDEV), so
+# the file is on the root's filesystem, whose type was checked. O_NONBLOCK: a FIFO planted in
+# the tree must not hang the host.
+_CACHED: Final = RESOLVE | RESOLVE_CACHED | RESOLVE_NO_XDEV
+HOW_READ: Final = ctypes.pointer(OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, _CACHED))
+HOW_PATH: Final = ctypes.pointer(OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _CACHED))
 
 
 def _load_libc() -> ctypes.CDLL | None:
