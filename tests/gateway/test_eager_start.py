@@ -7,6 +7,7 @@ import asyncio
 import contextvars
 import gc
 import logging
+from typing import Any
 
 import pytest
 
@@ -135,3 +136,24 @@ async def test_the_tasks_left_behind_end_quietly(caplog: pytest.LogCaptureFixtur
         await asyncio.sleep(0)
     assert len(asyncio.all_tasks()) == before
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_loop_with_an_old_style_task_factory_still_gets_its_answer() -> None:
+    # A factory written before `context=` existed: on 3.11 the request must not fail on it.
+    loop = asyncio.get_running_loop()
+    made: list[object] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
+        made.append(coro)
+        return asyncio.Task(coro, loop=loop)
+
+    async def quick() -> str:
+        return "done"
+
+    loop.set_task_factory(factory)
+    try:
+        started = start_eagerly(quick())
+        value = await started if isinstance(started, asyncio.Task) else started.result()
+    finally:
+        loop.set_task_factory(None)
+    assert value == "done"

@@ -20,7 +20,9 @@ reach it exactly as they would have.
 
 Swapping the current task uses `asyncio.tasks._enter_task` and `_leave_task`, which are
 private; they are what 3.11's own tasks call around each step, and 3.11 no longer changes.
-This is the only private asyncio API the project uses, and only on 3.11.
+This is the only private asyncio API the project uses, and only on 3.11. A loop with a task
+factory gets ordinary tasks there (its factory may not take the `context=` the first step
+needs), as before.
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ class _Resumed(Coroutine[Any, Any, object]):
 def _start_311(
     loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, object]
 ) -> asyncio.Task[object] | Finished:
+    if loop.get_task_factory() is not None:
+        # A host's task factory may predate `context=` (3.11 passes it only when given), and
+        # the step must run in the task's own context: start the task the ordinary way.
+        return loop.create_task(coro)
     resumed = _Resumed(coro)
     context = contextvars.copy_context()
     task: asyncio.Task[object] = loop.create_task(resumed, context=context)
