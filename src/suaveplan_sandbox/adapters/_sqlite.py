@@ -15,9 +15,10 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final, cast, final
+from typing import Final, final
 
 from suaveplan_sandbox.adapters._protocols import QueryResult
+from suaveplan_sandbox.adapters._sqlite_params import ParameterNames
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._decision import Deny
 from suaveplan_sandbox.permissions._sql_gate import SQLITE_SAFE_FUNCTIONS, SqlGate
@@ -65,6 +66,7 @@ class SqliteDb:
         self._migrating = False
         self._cte_reads: frozenset[str] = frozenset()  # see `_authorize`, `_execute_sync`
         self._denied_table_reads = False
+        self._parameters = ParameterNames()
         self._conn = sqlite3.connect(Path(path), isolation_level=None, check_same_thread=False)
         self._conn.set_authorizer(self._authorize)
 
@@ -131,7 +133,7 @@ class SqliteDb:
         return frozenset(n for n in ctes if n not in schema and not n.startswith("sqlite_"))
 
     def _run(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
-        cursor = self._conn.execute(sql, tuple(cast(Sequence[Any], params)))
+        cursor = self._conn.execute(sql, self._parameters.bindings(self._conn, sql, params))
         rows = tuple(tuple(row) for row in cursor.fetchall())
         columns = tuple(d[0] for d in cursor.description or ())
         return QueryResult(columns=columns, rows=rows, rowcount=cursor.rowcount)
