@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
 from suaveplan_sandbox.errors import SuaveplanError
 
@@ -154,6 +155,7 @@ def test_a_rename_race_between_directory_and_symlink_never_escapes(
 
 _KILLED_WRITER = """
 import asyncio, os, sys, time
+from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
 real_fsync = os.fsync
 def stall(fd):
@@ -251,3 +253,113 @@ def test_a_rename_race_during_writes_never_writes_outside_the_root(
         thread.join()
     assert swaps[0] >= 50  # the race really ran
     assert list(outside.iterdir()) == []
+
+
+def _root_fd_freed(number: int, root: Path) -> bool:
+    """Whether fd `number` no longer refers to `root` (closed, or reused for something else)."""
+    try:
+        st = os.fstat(number)
+    except OSError:
+        return True
+    return (st.st_dev, st.st_ino) != (root.stat().st_dev, root.stat().st_ino)
+
+
+@pytest.mark.parametrize(
+    "mode", [pytest.param(None, id="openat2"), pytest.param(False, id="per-component")]
+)
+def test_close_during_a_read_never_lets_another_root_take_the_fd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: bool | None
+) -> None:
+    # A read on the adapter's thread has taken the root fd and is about to resolve a path
+    # against it when the host closes the adapter (a sandbox disposed mid-call) and opens
+    # another sandbox's root. Had close() released the fd, the new root would get its number
+    # (the lowest free one) and the read would resolve beneath the other root.
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for root, text in ((mine, b"mine"), (theirs, b"THEIRS")):
+        (root / "data").mkdir(parents=True)
+        (root / "data" / "f.txt").write_bytes(text)
+    fs = BeneathRootFs(mine, use_openat2=mode)
+    number = fs._root_fd
+    paused, resume = threading.Event(), threading.Event()
+    resolve = fs._open_dir_from
+
+    def slow(root: int, parts: list[str]) -> int:
+        paused.set()
+        resume.wait(10)
+        return resolve(root, parts)
+
+    monkeypatch.setattr(fs, "_open_dir_from", slow)
+    seen: list[bytes | str] = []
+
+    def read() -> None:
+        try:
+            seen.append(fs._read_sync("data/f.txt", 64))
+        except SuaveplanError as exc:
+            seen.append(exc.code)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert paused.wait(10)
+    fs.close()
+    other = os.open(theirs, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        resume.set()
+        reader.join(10)
+    finally:
+        os.close(other)
+    assert seen == [b"mine"]
+    assert other != number  # the number stayed the adapter's while the read held it
+    assert _root_fd_freed(number, mine)  # the last holder closed it
+    with pytest.raises(SuaveplanError) as info:
+        fs._read_sync("data/f.txt", 64)
+    assert info.value.code == "SAND_FS_IO_ERROR"
+
+
+def test_close_during_an_inline_read_never_lets_another_root_take_the_fd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same race on the inline path, which resolves against the root fd on the caller's
+    # thread (the host's loop) with `openat2(RESOLVE_CACHED)`.
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for root, text in ((mine, b"mine"), (theirs, b"THEIRS")):
+        (root / "data").mkdir(parents=True)
+        (root / "data" / "f.txt").write_bytes(text)
+        (root / "data" / "f.txt").read_bytes()  # both in the caches: either would be answered
+    fs = BeneathRootFs(mine)
+    if not fs.inline_io:
+        fs.close()
+        pytest.fail("this kernel and filesystem were expected to allow inline reads")
+    assert fs._read_cached("data/f.txt", 64) == b"mine"
+    number = fs._root_fd
+    paused, resume = threading.Event(), threading.Event()
+    syscall = _fs.SYSCALL  # type: ignore[attr-defined]
+    assert syscall is not None
+    reader_thread: list[int] = []
+
+    def slow(*args: object) -> int:
+        if threading.get_ident() in reader_thread:
+            paused.set()
+            resume.wait(10)
+        return int(syscall(*args))
+
+    monkeypatch.setattr(_fs, "SYSCALL", slow)
+    seen: list[bytes | None] = []
+
+    def read() -> None:
+        reader_thread.append(threading.get_ident())
+        seen.append(fs._read_cached("data/f.txt", 64))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert paused.wait(10)
+    fs.close()
+    other = os.open(theirs, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        resume.set()
+        reader.join(10)
+    finally:
+        os.close(other)
+    assert seen == [b"mine"]
+    assert other != number
+    assert _root_fd_freed(number, mine)
+    assert fs._read_cached("data/f.txt", 64) is None  # closed: declined, and the thread refuses

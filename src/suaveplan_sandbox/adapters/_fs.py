@@ -138,6 +138,13 @@ class BeneathRootFs:
         inline_io: bool = True,
     ) -> None:
         self._root = Path(root)
+        # The root fd is closed only when no operation is resolving a path against it (see
+        # `_hold_root`): once closed, its number is free for the next `open` in the process,
+        # which may well be another plugin's root.
+        self._fd_lock = threading.Lock()
+        self._fd_users = 0
+        self._closing = False
+        self._root_fd = -1
         self._root_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._root_fd_c = ctypes.c_int(self._root_fd)
         self.max_read_bytes = max_read_bytes
@@ -175,9 +182,38 @@ class BeneathRootFs:
         return self._inline
 
     def close(self) -> None:
-        if self._root_fd >= 0:
-            os.close(self._root_fd)
-            self._root_fd = -1
+        """Refuse new operations; the root fd closes when the last one using it is done."""
+        with self._fd_lock:
+            if self._closing:
+                return
+            self._closing = True
+            if self._fd_users == 0:
+                self._close_root()
+
+    def _close_root(self) -> None:  # under `_fd_lock`
+        fd, self._root_fd = self._root_fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def _hold_root(self) -> int:
+        """The root fd, kept open until the matching `_release_root`; -1 once closed.
+
+        A path is resolved against the root fd on a worker thread or on the loop, while
+        `close()` may run anywhere. Closing the fd between an operation's read of its number
+        and its system call would let that call resolve beneath whatever directory took the
+        number next (another sandbox's root), so `close()` leaves it to the last holder.
+        """
+        with self._fd_lock:
+            if self._closing:
+                return -1
+            self._fd_users += 1
+            return self._root_fd
+
+    def _release_root(self) -> None:
+        with self._fd_lock:
+            self._fd_users -= 1
+            if self._closing and self._fd_users == 0:
+                self._close_root()
 
     def __del__(self) -> None:
         with contextlib.suppress(OSError):
@@ -221,13 +257,20 @@ class BeneathRootFs:
 
     def _open_dir(self, parts: list[str]) -> int:
         """A new fd for the directory `parts` beneath the root, crossing no link."""
-        if self._root_fd < 0:
+        root = self._hold_root()
+        if root < 0:
             _raise("SAND_FS_IO_ERROR", "the adapter is closed")
+        try:
+            return self._open_dir_from(root, parts)
+        finally:
+            self._release_root()
+
+    def _open_dir_from(self, root: int, parts: list[str]) -> int:
         if not parts:
-            return os.dup(self._root_fd)
+            return os.dup(root)
         if self._openat2:
-            return self._openat2_call(self._root_fd, "/".join(parts), _DIR_FLAGS & ~os.O_NOFOLLOW)
-        fd = os.dup(self._root_fd)
+            return self._openat2_call(root, "/".join(parts), _DIR_FLAGS & ~os.O_NOFOLLOW)
+        fd = os.dup(root)
         try:
             for part in parts:
                 try:
@@ -369,11 +412,14 @@ class BeneathRootFs:
         """An fd for `path` (opened as `how` says) resolved from the kernel's caches alone, or
         minus the error: `-EAGAIN` where that needs I/O, `-EINVAL` for a path no request may
         name (the thread's walk refuses those with their own error) or a closed adapter."""
-        if self._root_fd < 0 or not _normalised(path.split("/")):
+        if not _normalised(path.split("/")) or self._hold_root() < 0:
             return -errno.EINVAL
-        assert SYSCALL is not None
-        fd = int(SYSCALL(NR_OPENAT2, self._root_fd_c, os.fsencode(path), how, HOW_SIZE))
-        return fd if fd >= 0 else -ctypes.get_errno()
+        try:
+            assert SYSCALL is not None
+            fd = int(SYSCALL(NR_OPENAT2, self._root_fd_c, os.fsencode(path), how, HOW_SIZE))
+            return fd if fd >= 0 else -ctypes.get_errno()
+        finally:
+            self._release_root()
 
     def _read_cached(self, path: str, limit: int) -> bytes | None:
         """The whole of a small regular file, when nothing has to wait on I/O; else None."""
