@@ -101,6 +101,7 @@ PINNED: dict[str, list[str]] = {
         "JsonLinesAudit",
         "PostgresDb",
         "QueryResult",
+        "Ready",
         "RedisEventBus",
         "SecretsAdapter",
         "SqliteDb",

@@ -24,6 +24,7 @@ from suaveplan_sandbox.adapters._protocols import (
     SecretsAdapter,
     Subscription,
 )
+from suaveplan_sandbox.adapters._ready import Ready
 from suaveplan_sandbox.adapters._redis_events import RedisEventBus
 from suaveplan_sandbox.adapters._secrets import DirectorySecrets, EnvSecrets, StaticSecrets
 from suaveplan_sandbox.adapters._sqlite import SqliteDb, apply_migrations
@@ -48,6 +49,7 @@ __all__ = [
     "JsonLinesAudit",
     "PostgresDb",
     "QueryResult",
+    "Ready",
     "RedisEventBus",
     "SecretsAdapter",
     "SqliteDb",

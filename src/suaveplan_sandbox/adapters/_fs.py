@@ -47,8 +47,9 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Final, NoReturn, final
+from typing import Any, Final, NoReturn, final
 
 from suaveplan_sandbox.adapters._openat2 import (
     HOW_PATH,
@@ -60,6 +61,7 @@ from suaveplan_sandbox.adapters._openat2 import (
     OpenHow,
     filesystem_type,
 )
+from suaveplan_sandbox.adapters._ready import Ready
 from suaveplan_sandbox.errors import SuaveplanError
 
 # Largest file a read may copy on the calling thread (a memcpy of a few microseconds).
@@ -461,12 +463,16 @@ class BeneathRootFs:
 
     # -- FsAdapter --------------------------------------------------------------------------
 
-    async def read_bytes(self, path: str, *, max_bytes: int) -> bytes:
+    # `read_bytes` and `exists` answer at once when the caches can: `Ready` then, a coroutine
+    # for the thread otherwise. Both are awaited alike; the gateway takes a `Ready`'s value
+    # without the task a coroutine adapter runs in (see `_ready`).
+
+    def read_bytes(self, path: str, *, max_bytes: int) -> Coroutine[Any, Any, bytes]:
         if self._inline and self._read_flags >= 0:
             data = self._read_cached(path, min(max_bytes, self.max_read_bytes))
             if data is not None:
-                return data
-        return await asyncio.to_thread(self._read_sync, path, max_bytes)
+                return Ready(data)
+        return asyncio.to_thread(self._read_sync, path, max_bytes)
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         ticket = _WriteTicket()
@@ -479,9 +485,9 @@ class BeneathRootFs:
     async def list_dir(self, path: str) -> list[str]:
         return await asyncio.to_thread(self._list_sync, path)
 
-    async def exists(self, path: str) -> bool:
+    def exists(self, path: str) -> Coroutine[Any, Any, bool]:
         if self._inline:
             found = self._exists_cached(path)
             if found is not None:
-                return found
-        return await asyncio.to_thread(self._exists_sync, path)
+                return Ready(found)
+        return asyncio.to_thread(self._exists_sync, path)

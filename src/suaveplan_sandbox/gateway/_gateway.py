@@ -44,6 +44,7 @@ from suaveplan_sandbox.adapters._protocols import (
     QueryResult,
     Subscription,
 )
+from suaveplan_sandbox.adapters._ready import Ready
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway._eager import Finished, start_eagerly
 from suaveplan_sandbox.metrics import CAPABILITY_CALLS
@@ -248,7 +249,9 @@ class Gateway:
         try:
             try:
                 raw = self._method(call)(*call.args, **call.kwargs)
-                if type(raw) is CoroutineType or _awaitable(raw):
+                if type(raw) is Ready:
+                    result = call.shape(raw.value)  # answered already: no task needed
+                elif type(raw) is CoroutineType or _awaitable(raw):
                     # The task settles the request itself (audit row, metrics, errors).
                     task = start_eagerly(
                         self._settle(cap, op, decision, started, lambda: self._in_task(call, raw))
@@ -480,7 +483,9 @@ class Gateway:
 
     async def _invoke(self, call: _AdapterCall) -> object:
         raw = self._method(call)(*call.args, **call.kwargs)
-        if _awaitable(raw):
+        if type(raw) is Ready:
+            raw = raw.value
+        elif _awaitable(raw):
             raw = await raw
         return call.shape(raw)
 
@@ -494,7 +499,9 @@ class Gateway:
                 raise _NeedsLoop
             return run_coroutine(self._run(self._invoke, call))
         raw = method(*call.args, **call.kwargs)
-        if _awaitable(raw):
+        if type(raw) is Ready:
+            raw = raw.value  # answered on this thread: no hop to the loop
+        elif _awaitable(raw):
             if run_coroutine is None:
                 if inspect.iscoroutine(raw):
                     raw.close()
