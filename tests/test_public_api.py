@@ -69,6 +69,7 @@ PINNED: dict[str, list[str]] = {
         "InMemoryEvents",
         "InMemoryFs",
         "PermissionsFactory",
+        "RecordingAudit",
         "Scenario",
         "make_fixture_checker",
         "run_permissions_conformance",

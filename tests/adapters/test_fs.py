@@ -8,13 +8,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
+from suaveplan_sandbox.adapters._ready import Ready
 from suaveplan_sandbox.errors import SuaveplanError
 
 MODES = [pytest.param(None, id="openat2"), pytest.param(False, id="per-component")]
@@ -157,6 +158,7 @@ _KILLED_WRITER = """
 import asyncio, os, sys, time
 from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
+from suaveplan_sandbox.adapters._ready import Ready
 real_fsync = os.fsync
 def stall(fd):
     real_fsync(fd)
@@ -255,13 +257,46 @@ def test_a_rename_race_during_writes_never_writes_outside_the_root(
     assert list(outside.iterdir()) == []
 
 
-def _root_fd_freed(number: int, root: Path) -> bool:
-    """Whether fd `number` no longer refers to `root` (closed, or reused for something else)."""
-    try:
-        st = os.fstat(number)
-    except OSError:
-        return True
-    return (st.st_dev, st.st_ino) != (root.stat().st_dev, root.stat().st_ino)
+class _CloseRace:
+    """Two roots, `mine` (the adapter's) and `theirs`, each with `data/f.txt`. A read is
+    paused (by the test's patch calling `pause`) where it holds `mine`'s root fd and is about
+    to resolve a path against it; the host then closes the adapter (a sandbox disposed
+    mid-call) and opens another sandbox's root. Had close() released the fd, `theirs` would
+    get its number (the lowest free one) and the read would resolve beneath it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.mine, self.theirs = tmp_path / "mine", tmp_path / "theirs"
+        for root, text in ((self.mine, b"mine"), (self.theirs, b"THEIRS")):
+            (root / "data").mkdir(parents=True)
+            (root / "data" / "f.txt").write_bytes(text)
+            (root / "data" / "f.txt").read_bytes()  # in the caches: either could be answered
+        self.paused, self.resume = threading.Event(), threading.Event()
+
+    def pause(self) -> None:
+        self.paused.set()
+        self.resume.wait(10)
+
+    def run(self, fs: BeneathRootFs, read: Callable[[], object]) -> None:
+        number = fs._root_fd
+        seen: list[object] = []
+        reader = threading.Thread(target=lambda: seen.append(read()))
+        reader.start()
+        assert self.paused.wait(10)
+        fs.close()
+        other = os.open(self.theirs, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self.resume.set()
+            reader.join(10)
+        finally:
+            os.close(other)
+        assert seen == [b"mine"]
+        assert other != number  # the number stayed the adapter's while the read held it
+        try:  # and the last holder closed it: closed, or reused for something else
+            st = os.fstat(number)
+        except OSError:
+            return
+        mine = self.mine.stat()
+        assert (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino)
 
 
 @pytest.mark.parametrize(
@@ -270,46 +305,16 @@ def _root_fd_freed(number: int, root: Path) -> bool:
 def test_close_during_a_read_never_lets_another_root_take_the_fd(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: bool | None
 ) -> None:
-    # A read on the adapter's thread has taken the root fd and is about to resolve a path
-    # against it when the host closes the adapter (a sandbox disposed mid-call) and opens
-    # another sandbox's root. Had close() released the fd, the new root would get its number
-    # (the lowest free one) and the read would resolve beneath the other root.
-    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
-    for root, text in ((mine, b"mine"), (theirs, b"THEIRS")):
-        (root / "data").mkdir(parents=True)
-        (root / "data" / "f.txt").write_bytes(text)
-    fs = BeneathRootFs(mine, use_openat2=mode)
-    number = fs._root_fd
-    paused, resume = threading.Event(), threading.Event()
+    race = _CloseRace(tmp_path)
+    fs = BeneathRootFs(race.mine, use_openat2=mode)
     resolve = fs._open_dir_from
 
     def slow(root: int, parts: list[str]) -> int:
-        paused.set()
-        resume.wait(10)
+        race.pause()
         return resolve(root, parts)
 
     monkeypatch.setattr(fs, "_open_dir_from", slow)
-    seen: list[bytes | str] = []
-
-    def read() -> None:
-        try:
-            seen.append(fs._read_sync("data/f.txt", 64))
-        except SuaveplanError as exc:
-            seen.append(exc.code)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    assert paused.wait(10)
-    fs.close()
-    other = os.open(theirs, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        resume.set()
-        reader.join(10)
-    finally:
-        os.close(other)
-    assert seen == [b"mine"]
-    assert other != number  # the number stayed the adapter's while the read held it
-    assert _root_fd_freed(number, mine)  # the last holder closed it
+    race.run(fs, lambda: fs._read_sync("data/f.txt", 64))
     with pytest.raises(SuaveplanError) as info:
         fs._read_sync("data/f.txt", 64)
     assert info.value.code == "SAND_FS_IO_ERROR"
@@ -320,46 +325,28 @@ def test_close_during_an_inline_read_never_lets_another_root_take_the_fd(
 ) -> None:
     # The same race on the inline path, which resolves against the root fd on the caller's
     # thread (the host's loop) with `openat2(RESOLVE_CACHED)`.
-    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
-    for root, text in ((mine, b"mine"), (theirs, b"THEIRS")):
-        (root / "data").mkdir(parents=True)
-        (root / "data" / "f.txt").write_bytes(text)
-        (root / "data" / "f.txt").read_bytes()  # both in the caches: either would be answered
-    fs = BeneathRootFs(mine)
-    if not fs.inline_io:
+    race = _CloseRace(tmp_path)
+    fs = BeneathRootFs(race.mine)
+    if not fs.inline_io:  # no inline path on this kernel or filesystem: every read is threaded
+        call = fs.read_bytes("data/f.txt", max_bytes=64)
+        assert type(call) is not Ready
+        call.close()
         fs.close()
-        pytest.fail("this kernel and filesystem were expected to allow inline reads")
+        return
     assert fs._read_cached("data/f.txt", 64) == b"mine"
-    number = fs._root_fd
-    paused, resume = threading.Event(), threading.Event()
     syscall = _fs.SYSCALL  # type: ignore[attr-defined]
     assert syscall is not None
-    reader_thread: list[int] = []
+    reader: list[int] = []
 
     def slow(*args: object) -> int:
-        if threading.get_ident() in reader_thread:
-            paused.set()
-            resume.wait(10)
+        if threading.get_ident() in reader:
+            race.pause()
         return int(syscall(*args))
 
+    def read() -> object:
+        reader.append(threading.get_ident())
+        return fs._read_cached("data/f.txt", 64)
+
     monkeypatch.setattr(_fs, "SYSCALL", slow)
-    seen: list[bytes | None] = []
-
-    def read() -> None:
-        reader_thread.append(threading.get_ident())
-        seen.append(fs._read_cached("data/f.txt", 64))
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    assert paused.wait(10)
-    fs.close()
-    other = os.open(theirs, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        resume.set()
-        reader.join(10)
-    finally:
-        os.close(other)
-    assert seen == [b"mine"]
-    assert other != number
-    assert _root_fd_freed(number, mine)
+    race.run(fs, read)
     assert fs._read_cached("data/f.txt", 64) is None  # closed: declined, and the thread refuses

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from suaveplan_sandbox.adapters import Adapters, AuditRecord
+from suaveplan_sandbox.adapters import Adapters
 from suaveplan_sandbox.adapters._redis_events import RedisEventBus, _RedisSubscription
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import CAPABILITY_CALLS, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
+from suaveplan_sandbox.testing import RecordingAudit
 
 Got = list[tuple[str, WireValue]]
 
@@ -245,14 +246,6 @@ async def test_an_idle_subscription_outlives_the_socket_timeout(redis_url: str) 
     await bus.aclose()
 
 
-class _AuditRows:
-    def __init__(self) -> None:
-        self.records: list[AuditRecord] = []
-
-    def record(self, entry: AuditRecord) -> None:
-        self.records.append(entry)
-
-
 async def test_a_lost_subscription_reaches_the_gateway_as_audit_metric_and_listener(
     own_redis: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -262,7 +255,7 @@ async def test_a_lost_subscription_reaches_the_gateway_as_audit_metric_and_liste
         {"name": "gwr", "events": {"subscribes": ["other.*"]}}, root="/srv/gwr"
     )
     metrics = InMemoryMetrics()
-    audit = _AuditRows()
+    audit = RecordingAudit()
     lost: list[tuple[str, str]] = []
     gateway = Gateway(
         checker=PermissionChecker(policy, metrics=metrics),

@@ -7,12 +7,19 @@ from typing import Any
 
 import pytest
 
-from suaveplan_sandbox.adapters import Adapters, AuditRecord, HttpRequest, HttpResponse
+from suaveplan_sandbox.adapters import Adapters, HttpRequest, HttpResponse
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import CAPABILITY_CALLS, PERMISSION_DENIED, InMemoryMetrics
 from suaveplan_sandbox.permissions import Deny, PermissionChecker, PermissionPolicy
-from suaveplan_sandbox.testing import DictSecrets, FakeDb, FakeFetch, InMemoryEvents, InMemoryFs
+from suaveplan_sandbox.testing import (
+    DictSecrets,
+    FakeDb,
+    FakeFetch,
+    InMemoryEvents,
+    InMemoryFs,
+    RecordingAudit,
+)
 
 MANIFEST: dict[str, Any] = {
     "name": "gw",
@@ -21,14 +28,6 @@ MANIFEST: dict[str, Any] = {
     "secrets": [{"name": "TOKEN"}],
     "events": {"publishes": ["gw.done"], "subscribes": ["other.*"]},
 }
-
-
-class _Audit:
-    def __init__(self) -> None:
-        self.records: list[AuditRecord] = []
-
-    def record(self, entry: AuditRecord) -> None:
-        self.records.append(entry)
 
 
 class _Rig:
@@ -41,7 +40,7 @@ class _Rig:
         self.db = FakeDb()
         self.secrets = DictSecrets({"TOKEN": "s3cr3t-value", "OTHER": "x"})
         self.events = InMemoryEvents()
-        self.audit = _Audit()
+        self.audit = RecordingAudit()
         self.denials: list[Deny] = []
         adapters = Adapters(
             fs=self.fs,

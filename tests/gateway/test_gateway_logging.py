@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from suaveplan_sandbox.adapters import Adapters, AuditRecord
+from suaveplan_sandbox.adapters import Adapters
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
+from suaveplan_sandbox.testing import RecordingAudit
 
 KNOWN_SECRET = "sk-live-9f8e7d6c5b4a"
 GUEST_TEXT = "guest-controlled-canary-3141"
@@ -121,15 +122,7 @@ class _LeakyFs:
         return False
 
 
-class _Audit:
-    def __init__(self) -> None:
-        self.records: list[AuditRecord] = []
-
-    def record(self, entry: AuditRecord) -> None:
-        self.records.append(entry)
-
-
-def _gateway(fs: object, audit: _Audit | None = None) -> Gateway:
+def _gateway(fs: object, audit: RecordingAudit | None = None) -> Gateway:
     policy = PermissionPolicy.from_manifest(MANIFEST, root="/srv/logs")
     return Gateway(
         checker=PermissionChecker(policy, metrics=InMemoryMetrics()),
@@ -149,7 +142,7 @@ def _fail(gateway: Gateway) -> SuaveplanError:
 def test_default_level_logs_type_and_correlation_never_the_text_or_a_secret(
     kept: _Keep, default_levels: None
 ) -> None:
-    audit = _Audit()
+    audit = RecordingAudit()
     err = _fail(_gateway(_LeakyFs(), audit))
     correlation = err.details["correlation_id"]
     assert isinstance(correlation, str) and len(correlation) == 16

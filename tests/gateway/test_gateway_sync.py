@@ -18,7 +18,6 @@ import pytest
 
 from suaveplan_sandbox.adapters import (
     Adapters,
-    AuditRecord,
     EventHandler,
     HttpRequest,
     HttpResponse,
@@ -34,6 +33,7 @@ from suaveplan_sandbox.testing import (
     FakeFetch,
     InMemoryEvents,
     InMemoryFs,
+    RecordingAudit,
 )
 
 MANIFEST: dict[str, Any] = {
@@ -71,20 +71,12 @@ class _ExplodingSecrets:
         raise OSError(f"vault at /srv/vault refused {name}")
 
 
-class _Audit:
-    def __init__(self) -> None:
-        self.records: list[AuditRecord] = []
-
-    def record(self, entry: AuditRecord) -> None:
-        self.records.append(entry)
-
-
 @dataclass
 class _Rig:
     sync_adapters: bool = False
     omit: str | None = None
     metrics: InMemoryMetrics = field(default_factory=InMemoryMetrics)
-    audit: _Audit = field(default_factory=_Audit)
+    audit: RecordingAudit = field(default_factory=RecordingAudit)
     denials: list[tuple[str, str, str]] = field(default_factory=list)
     fs: InMemoryFs = field(default_factory=lambda: InMemoryFs({"uploads/a.txt": b"hello"}))
     fetch: FakeFetch = field(

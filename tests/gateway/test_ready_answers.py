@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from suaveplan_sandbox.adapters import Adapters, BeneathRootFs, Ready
-from suaveplan_sandbox.adapters._protocols import AuditRecord
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway, _gateway
 from suaveplan_sandbox.metrics import CAPABILITY_CALLS, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
+from suaveplan_sandbox.testing import RecordingAudit
 
 # -- Ready on its own ---------------------------------------------------------------------------
 
@@ -77,16 +77,8 @@ class _ReadyFs:
         return Ready(b"answer")
 
 
-class _Audit:
-    def __init__(self) -> None:
-        self.rows: list[AuditRecord] = []
-
-    def record(self, entry: AuditRecord) -> None:
-        self.rows.append(entry)
-
-
-def _gateway_for(fs: object, root: Path) -> tuple[Gateway, _Audit, InMemoryMetrics]:
-    metrics, audit = InMemoryMetrics(), _Audit()
+def _gateway_for(fs: object, root: Path) -> tuple[Gateway, RecordingAudit, InMemoryMetrics]:
+    metrics, audit = InMemoryMetrics(), RecordingAudit()
     checker = PermissionChecker(
         PermissionPolicy.from_manifest(MANIFEST, root=root), metrics=metrics
     )
@@ -105,7 +97,9 @@ async def test_dispatch_eager_takes_the_value_without_a_task(
     monkeypatch.setattr(_gateway, "start_eagerly", _no_task)
     assert gateway.dispatch_eager("fs", "read_bytes", {"path": "./data/a"}) == (True, b"answer")
     assert fs.calls == ["data/a"]
-    assert [(r.operation, r.allowed, r.outcome) for r in audit.rows] == [("read_bytes", True, "ok")]
+    assert [(r.operation, r.allowed, r.outcome) for r in audit.records] == [
+        ("read_bytes", True, "ok")
+    ]
     calls = metrics.value(CAPABILITY_CALLS.name, plugin="ready", capability="fs", outcome="ok")
     assert calls == 1
 
@@ -124,7 +118,7 @@ async def test_dispatch_and_dispatch_sync_take_it_too(tmp_path: Path) -> None:
     thread.join(10)
     assert got == [b"answer"]
     assert fs.calls == ["data/a", "data/b"]
-    assert [r.outcome for r in audit.rows] == ["ok", "ok"]
+    assert [r.outcome for r in audit.records] == ["ok", "ok"]
 
 
 # -- BeneathRootFs ------------------------------------------------------------------------------

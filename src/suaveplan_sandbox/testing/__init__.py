@@ -7,6 +7,7 @@ from suaveplan_sandbox.testing._fakes import (
     FakeFetch,
     InMemoryEvents,
     InMemoryFs,
+    RecordingAudit,
 )
 from suaveplan_sandbox.testing._permissions_conformance import (
     PERMISSIONS_SCENARIOS,
@@ -32,6 +33,7 @@ __all__ = [
     "InMemoryEvents",
     "InMemoryFs",
     "PermissionsFactory",
+    "RecordingAudit",
     "Scenario",
     "make_fixture_checker",
     "run_permissions_conformance",

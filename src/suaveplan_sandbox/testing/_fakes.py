@@ -1,4 +1,5 @@
-"""In-memory adapters for all five capabilities, recording every call they receive.
+"""In-memory adapters for all five capabilities, recording every call they receive, and an
+audit sink that keeps every record.
 
 Hosts use them to test their integration without a filesystem, network or database; our
 own suite uses them to prove that a denied request never reaches an adapter.
@@ -14,6 +15,7 @@ from typing import final
 
 from suaveplan_sandbox.adapters._events import decode_payload, encode_payload
 from suaveplan_sandbox.adapters._protocols import (
+    AuditRecord,
     EventHandler,
     HttpRequest,
     HttpResponse,
@@ -192,3 +194,14 @@ class InMemoryEvents:
         sub = _FakeSubscription(self, plugin, pattern, handler)
         self.subscriptions.append(sub)
         return sub
+
+
+@final
+class RecordingAudit:
+    """An `AuditSink` that keeps every record it is given, in order, in `records`."""
+
+    def __init__(self) -> None:
+        self.records: list[AuditRecord] = []
+
+    def record(self, entry: AuditRecord) -> None:
+        self.records.append(entry)

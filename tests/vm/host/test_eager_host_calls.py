@@ -17,7 +17,7 @@ from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
-from suaveplan_sandbox.testing import InMemoryFs
+from suaveplan_sandbox.testing import InMemoryFs, RecordingAudit
 from suaveplan_sandbox.vm import create_vm_sandbox
 
 PLUGIN = """
@@ -39,14 +39,6 @@ def try_read(path):
 def read_all(paths):
     return [suaveplan.fs.read_bytes(p) for p in paths]
 """
-
-
-class _Audit:
-    def __init__(self) -> None:
-        self.rows: list[AuditRecord] = []
-
-    def record(self, entry: AuditRecord) -> None:
-        self.rows.append(entry)
 
 
 class _Fs:
@@ -159,14 +151,14 @@ _REQUESTS: list[tuple[str, str]] = [
 
 async def test_audit_rows_and_metrics_match_the_task_path(tmp_path: Path) -> None:
     # Through the VM (eager path) ...
-    vm_audit, vm_metrics = _Audit(), InMemoryMetrics()
+    vm_audit, vm_metrics = RecordingAudit(), InMemoryMetrics()
     async with await _sandbox(tmp_path, _Fs(), audit=vm_audit, metrics=vm_metrics) as sb:
         for path, expected in _REQUESTS:
             status, value = await sb.call("try_read", path)
             assert (status if status == "ok" else value) == expected
         denials = sb.denials_total
     # ... and the same requests through `Gateway.dispatch` directly.
-    gw_audit, gw_metrics = _Audit(), InMemoryMetrics()
+    gw_audit, gw_metrics = RecordingAudit(), InMemoryMetrics()
     gateway = Gateway(
         checker=PermissionChecker(_policy(tmp_path), plugin="eager", metrics=gw_metrics),
         adapters=Adapters(fs=_Fs()),
@@ -179,8 +171,8 @@ async def test_audit_rows_and_metrics_match_the_task_path(tmp_path: Path) -> Non
         except SuaveplanError as exc:
             outcome = exc.code
         assert outcome == expected
-    assert _comparable(vm_audit.rows) == _comparable(gw_audit.rows)
-    assert len(vm_audit.rows) == len(_REQUESTS)
+    assert _comparable(vm_audit.records) == _comparable(gw_audit.records)
+    assert len(vm_audit.records) == len(_REQUESTS)
 
     def counts(m: InMemoryMetrics) -> list[tuple[str, list[tuple[str, str]], float]]:
         return sorted((n, sorted(labels.items()), v) for n, labels, v in m.samples())
@@ -189,7 +181,7 @@ async def test_audit_rows_and_metrics_match_the_task_path(tmp_path: Path) -> Non
     assert denials == 1
 
 
-def _gateway(fs: _Fs, audit: _Audit) -> Gateway:
+def _gateway(fs: _Fs, audit: RecordingAudit) -> Gateway:
     policy = PermissionPolicy.from_manifest(
         {"name": "g", "permissions": {"fs": ["./data/*"]}}, root=Path("/nonexistent")
     )
@@ -209,37 +201,37 @@ async def _settled(gw: Gateway, path: str) -> object:
 
 
 async def test_dispatch_eager_completes_inline_or_hands_back_a_task() -> None:
-    audit = _Audit()
+    audit = RecordingAudit()
     gw = _gateway(_Fs(), audit)
     # An adapter coroutine that does not suspend is answered here, on every Python (3.11
     # through `start_eagerly`'s own eager start), with its audit row written.
     done, value = gw.dispatch_eager("fs", "read_bytes", {"path": "./data/a.bin"})
     assert done is True
     assert value == b"a" * 1024
-    assert [r.outcome for r in audit.rows] == ["ok"]
+    assert [r.outcome for r in audit.records] == ["ok"]
     done, task = gw.dispatch_eager("fs", "read_bytes", {"path": "./data/slow/b.bin"})
     assert done is False
     assert isinstance(task, asyncio.Task)
-    assert [r.outcome for r in audit.rows] == ["ok"]  # not finished yet: no row
+    assert [r.outcome for r in audit.records] == ["ok"]  # not finished yet: no row
     assert await task == b"b"
-    assert [r.outcome for r in audit.rows] == ["ok", "ok"]
+    assert [r.outcome for r in audit.records] == ["ok", "ok"]
     with pytest.raises(SuaveplanError) as info:
         gw.dispatch_eager("fs", "read_bytes", {"path": "./etc/passwd"})
     assert info.value.code == "SAND_PERM_DENIED"
 
 
 async def test_an_adapter_raising_cancelled_error_inline_is_an_adapter_failure() -> None:
-    audit = _Audit()
+    audit = RecordingAudit()
     gw = _gateway(_SelfCancelling(), audit)
     with pytest.raises(SuaveplanError) as info:
         await _settled(gw, "./data/a.bin")
     assert info.value.code == "SAND_ADAPTER_FAILED"
-    assert [r.outcome for r in audit.rows] == ["error:SAND_ADAPTER_FAILED"]
+    assert [r.outcome for r in audit.records] == ["error:SAND_ADAPTER_FAILED"]
 
 
 @pytest.mark.parametrize("before_first_step", [True, False])
 async def test_close_cancels_the_rest_of_a_suspended_request(before_first_step: bool) -> None:
-    audit = _Audit()
+    audit = RecordingAudit()
     fs = _Fs()
     gw = _gateway(fs, audit)
     done, task = gw.dispatch_eager("fs", "read_bytes", {"path": "./data/hang"})
@@ -252,7 +244,7 @@ async def test_close_cancels_the_rest_of_a_suspended_request(before_first_step: 
     with pytest.raises(SuaveplanError) as info:
         await task
     assert info.value.code == "SAND_CANCELLED"
-    assert [r.outcome for r in audit.rows] == ["error:SAND_CANCELLED"]
+    assert [r.outcome for r in audit.records] == ["error:SAND_CANCELLED"]
     assert gw.inflight == 0
     # Entered eagerly, then cancelled (before the task's own first step, too), never leaked.
     assert fs.entered.is_set() and fs.cancelled == 1
