@@ -158,15 +158,18 @@ async def test_a_nameless_placeholder_mixed_with_named_ones_binds_as_python_does
     db: SqliteDb,
 ) -> None:
     # It cannot be bound from a mapping (the `?` has no name), so it keeps the sequence:
-    # 3.11 binds it by index, 3.12 and 3.13 warn (an error here, where warnings are), and
-    # Python 3.14 refuses it.
-    sql = "SELECT :x, ? FROM p_t"
+    # 3.11 binds it by index; 3.12 and 3.13 warn, which a host running with warnings as
+    # errors (as this test does) gets as SAND_DB_ERROR, never as an adapter failure; Python
+    # 3.14 refuses it (SAND_DB_ERROR too). Nothing runs.
     await db.query("INSERT INTO p_t (a) VALUES (1)", [])
     if sys.version_info < (3, 12):
-        assert (await db.query(sql, [1, 2])).rows == ((1, 2),)
-    else:
-        with pytest.raises(DeprecationWarning):
-            await db.query(sql, [1, 2])
+        assert (await db.query("SELECT :x, ? FROM p_t", [1, 2])).rows == ((1, 2),)
+        return
+    with pytest.raises(SuaveplanError) as info:
+        await db.query("INSERT INTO p_t (a, b) VALUES (:x, ?)", [1, 2])
+    assert info.value.code == "SAND_DB_ERROR"
+    assert "mixes nameless" in info.value.message
+    assert (await db.query("SELECT count(*) FROM p_t", [])).rows == ((1,),)
 
 
 # -- against SQLite's own binding of a sequence -----------------------------------------------

@@ -162,6 +162,15 @@ class SqliteDb:
                     f"the database refused the statement ({type(exc).__name__})",
                     cause=exc,
                 ) from None
+            except DeprecationWarning as exc:
+                # Raised, not shown, only in a host run with warnings as errors: sqlite3 (3.12,
+                # 3.13) binding a list to named placeholders, which `ParameterNames` avoids
+                # except beside a nameless `?` (3.14 refuses that outright). Nothing ran.
+                raise SuaveplanError(
+                    "SAND_DB_ERROR",
+                    "the statement mixes nameless `?` with named parameters",
+                    cause=exc,
+                ) from None
 
     async def _execute(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
         """The engine path, after the gate. Tests call it directly to prove the authorizer."""
