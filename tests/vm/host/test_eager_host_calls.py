@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from suaveplan_sandbox.adapters import Adapters
+from suaveplan_sandbox.adapters import Adapters, BeneathRootFs
 from suaveplan_sandbox.adapters._protocols import AuditRecord
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
+from suaveplan_sandbox.gateway import _gateway as gateway_module
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
 from suaveplan_sandbox.testing import InMemoryFs, RecordingAudit
@@ -248,3 +249,28 @@ async def test_close_cancels_the_rest_of_a_suspended_request(before_first_step: 
     assert gw.inflight == 0
     # Entered eagerly, then cancelled (before the task's own first step, too), never leaked.
     assert fs.entered.is_set() and fs.cancelled == 1
+
+
+async def test_a_cached_file_read_through_the_default_adapter_needs_no_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # End to end: the sandbox's default fs adapter (no `proxies=`) answers a read the caches
+    # hold as `Ready`, which the VM host's gateway takes without starting a task.
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.bin").write_bytes(b"z" * 1024)
+    (tmp_path / "plugin.py").write_text(PLUGIN)
+    async with await create_vm_sandbox(
+        plugin_module_path=tmp_path / "plugin.py", policy=_policy(tmp_path)
+    ) as sb:
+        assert await sb.call("read", "./data/a.bin") == b"z" * 1024  # warms the caches
+        # A miss (here a missing file) still goes to the adapter's thread, in a task.
+        assert await sb.call("try_read", "./data/missing.bin") == ["error", "SAND_FS_NOT_FOUND"]
+        if not BeneathRootFs(tmp_path).inline_io:  # no inline path here: the thread answers
+            assert await sb.call("read", "./data/a.bin") == b"z" * 1024
+            return
+
+        def no_task(*_args: object) -> object:
+            raise AssertionError("a cached read started a task")
+
+        monkeypatch.setattr(gateway_module, "start_eagerly", no_task)
+        assert await sb.call("read_all", ["./data/a.bin"] * 5) == [b"z" * 1024] * 5
