@@ -156,9 +156,7 @@ def test_a_rename_race_between_directory_and_symlink_never_escapes(
 
 _KILLED_WRITER = """
 import asyncio, os, sys, time
-from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
-from suaveplan_sandbox.adapters._ready import Ready
 real_fsync = os.fsync
 def stall(fd):
     real_fsync(fd)
