@@ -30,10 +30,15 @@ is shared and noisy, so every figure is the median of several alternating rounds
   do not suspend here: from Python 3.12 their task starts eagerly and the host call is
   answered inline; on 3.11 the task's first step and its done callback each cost a trip
   round the loop.
+- **the floor of a read**: its two round trips between two processes that only exchange the
+  frames (no validation, no gateway, no adapter), once blocking and once with both ends
+  polling for answers as the sandbox and its worker do by default. Against one blocking echo
+  they show what the round trips alone cost: about two echoes when blocking, well under one
+  when polling, since polling saves the wake-ups that are most of a blocking round trip.
 - **busy polling**: the default sandbox polls for answers (`busy_poll_us`); no echo peer
-  does. So every call row is also given for a sandbox with `busy_poll_us=0`, the
-  like-for-like comparison of the code paths, and the read against the blocking echo too;
-  the default rows are what a host gets.
+  does, except the polling raw read above. So every call row is also given for a sandbox
+  with `busy_poll_us=0`, the like-for-like comparison of the code paths, and the read
+  against the blocking echo too; the default rows are what a host gets.
 - **pool** of 4 sandboxes against the absolute 15,000 calls/s target, with and without
   polling, and once more with the host's loop on uvloop (what uvicorn runs when uvloop is
   installed).
@@ -107,6 +112,24 @@ while True:
         s.sendall(len(rep).to_bytes(4, "big") + rep)
 """
 
+# The same peer waiting as a worker does: it polls the socket without blocking (yielding the
+# CPU between polls) for up to `busy_poll_us` before it blocks. Driven by `polling_read`, which
+# waits the same way, it is the floor of a read's two round trips when both ends poll.
+_POLLING_ECHO = _ECHO.replace(
+    "import msgpack",
+    """import msgpack, os, time
+_sock_recv = socket.socket.recv
+def _recv(s, n, window=float(sys.argv[3])):
+    end = time.perf_counter() + window
+    while time.perf_counter() < end:
+        try:
+            return _sock_recv(s, n, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            os.sched_yield()
+    return _sock_recv(s, n)
+socket.socket.recv = _recv""",
+)
+
 # The same echo through our sans-IO codec on both ends (validated message objects): what the
 # protocol itself costs, without any sandbox machinery.
 _CODEC_ECHO = """
@@ -149,8 +172,10 @@ class _Echo:
 
     def __init__(self, source: str = _ECHO) -> None:
         self.sock, theirs = socket.socketpair()
+        fd, path = str(theirs.fileno()), json.dumps(sys.path)
+        window = str(DEFAULT_BUSY_POLL_US / 1e6)  # read by `_POLLING_ECHO` only
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", source, str(theirs.fileno()), json.dumps(sys.path)],
+            [sys.executable, "-I", "-S", "-c", source, fd, path, window],
             pass_fds=(theirs.fileno(),),
         )
         theirs.close()
@@ -176,6 +201,30 @@ class _Echo:
             _recv_frame(sock)  # the host call
             sock.sendall(reply)
             _recv_frame(sock)  # the result
+        return (time.perf_counter() - t) / n
+
+    def polling_read(self, n: int) -> float:
+        """`blocking_read` with both ends polling as a sandbox and its worker do (the peer is
+        `_POLLING_ECHO`); waits here poll without a yield, as the host's loop does."""
+        sock, frame = self.sock, _frame("read")
+        reply = msgpack.packb(["hostreply", 1, b"x" * 1024], use_bin_type=True)
+        reply = len(reply).to_bytes(4, "big") + reply
+
+        def recv_frame() -> None:
+            data = b""
+            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                try:
+                    data += sock.recv(65536, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+            msgpack.unpackb(data[4:], raw=False)
+
+        t = time.perf_counter()
+        for _ in range(n):
+            sock.sendall(frame)
+            recv_frame()  # the host call
+            sock.sendall(reply)
+            recv_frame()  # the result
         return (time.perf_counter() - t) / n
 
     async def asyncio_driven(self, n: int) -> float:
@@ -354,14 +403,14 @@ def run() -> list[BenchRow]:
                 (DEFAULT_BUSY_POLL_US, Adapters(fs=threaded)),
             )
         ]
-        echo, codec_echo = _Echo(), _Echo(_CODEC_ECHO)
+        echo, codec_echo, polling_echo = _Echo(), _Echo(_CODEC_ECHO), _Echo(_POLLING_ECHO)
         try:
             await _per_call(lambda: sb.call("noop"), 200)
             await _per_call(lambda: sb0.call("noop"), 200)
             await echo.asyncio_driven(200)
             await codec_echo.codec_driven(200)
             calls, reads, calls0, reads0, reads_mem, reads_thread = [], [], [], [], [], []
-            xp_async, xp_block, xp_codec, xp_read = [], [], [], []
+            xp_async, xp_block, xp_codec, xp_read, xp_polled = [], [], [], [], []
             echo_cpu, call_cpu, read_cpu = _Cpu(echo.proc.pid), _Cpu(sb.pid), _Cpu(sb.pid)
             call0_cpu, read0_cpu = _Cpu(sb0.pid), _Cpu(sb0.pid)
             for _ in range(ROUNDS):
@@ -372,12 +421,15 @@ def run() -> list[BenchRow]:
                 # The blocking echo and the raw read alternate in small batches: on this VM
                 # a blocking round trip's cost drifts with how idle the other vCPU is, and
                 # one long batch of each measured the floor anywhere from 2x to 4x.
-                block_t = raw_t = 0.0
+                block_t = raw_t = polled_t = 0.0
                 for _ in range(10):
                     block_t += echo.blocking(100)
                     raw_t += echo.blocking_read(50)
+                    polling_echo.polling_read(5)  # its peer has stopped polling meanwhile
+                    polled_t += polling_echo.polling_read(50)
                 xp_block.append(block_t / 10)
                 xp_read.append(raw_t / 10)
+                xp_polled.append(polled_t / 10)
                 reads.append(await read_cpu.run(_per_call(lambda: sb.call("read"), 300), 300))
                 reads0.append(await read0_cpu.run(_per_call(lambda: sb0.call("read"), 300), 300))
                 reads_mem.append(await _per_call(lambda: sbm.call("read"), 300))
@@ -386,6 +438,7 @@ def run() -> list[BenchRow]:
         finally:
             echo.close()
             codec_echo.close()
+            polling_echo.close()
             for box in (sb, sb0, sbm, sbt):
                 await box.dispose()
             threaded.close()
@@ -462,6 +515,28 @@ def run() -> list[BenchRow]:
                 read_s,
                 "raw read: 2 round trips, blocking, no sandbox",
                 raw_read,
+                info=True,
+            )
+        )
+        # The same floor when both ends poll for answers, as the sandbox and its worker do by
+        # default: the round trips then cost no wake-ups, and what a read costs beyond this is
+        # the Python each side runs per message (the sandbox's, the gateway's, the adapter's).
+        polled_read = statistics.median(xp_polled)
+        rows.append(
+            ratio_row(
+                "raw read: 2 round trips, both ends polling, no sandbox",
+                polled_read,
+                "cross-process msgpack echo (blocking)",
+                base_block,
+                info=True,
+            )
+        )
+        rows.append(
+            ratio_row(
+                "vm.call fs.read_bytes 1KiB",
+                read_s,
+                "raw read: 2 round trips, both ends polling, no sandbox",
+                polled_read,
                 info=True,
             )
         )
