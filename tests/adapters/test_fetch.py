@@ -258,7 +258,7 @@ async def test_an_answer_set_mixing_public_and_private_is_refused_before_any_dia
         dialled.append(args)
         raise AssertionError("dialled")
 
-    monkeypatch.setattr(fetch._client, "send", no_send)
+    monkeypatch.setattr(fetch._pool, "handle_async_request", no_send)
     with pytest.raises(SuaveplanError) as info:
         await fetch.request(HttpRequest(url="https://mixed.test/", rule="mixed.test"))
     assert info.value.code == "SAND_FETCH_ADDRESS_REFUSED"

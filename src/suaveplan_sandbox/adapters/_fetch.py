@@ -6,27 +6,52 @@ or the host opted in with `allow_private=True`: an answer set that mixes public 
 addresses is refused whole, because that is what a rebinding or split-horizon attack looks
 like, and dialling "only the good ones" would still let an attacker who controls the zone
 steer which one is tried. The vetted addresses are then dialled in the resolver's order,
-falling back to the next one only when a connection cannot be established (nothing was sent),
-with `Host` and TLS SNI/verification set to the original hostname; DNS is never asked again
-(no rebinding). Redirects are off by default; when on, each hop is re-checked with `recheck`
-and re-vetted. Response body size, header count and total time are limited.
+falling back to the next one only when a connection cannot be established (nothing was sent);
+DNS is never asked again (no rebinding).
+
+Requests run on httpcore's connection pool, whose only network backend is `_VettedBackend`:
+it dials nothing but the addresses vetted for the request running in the calling task, and
+fails closed otherwise. The pool is keyed by the real hostname, so TLS SNI and certificate
+checks are the hostname's and a connection verified for one name is never reused for another
+that happens to share its address. There is no cookie jar, no proxy, no `.netrc`, no
+environment: the only headers sent are `Host`, the plugin's, `Accept`, `Accept-Encoding:
+identity` and `User-Agent` unless the plugin set those, `Content-Length`, and a Basic
+`Authorization` for credentials in the URL. Headers that frame the message or manage the
+connection (`Host`, `Content-Length`, `Transfer-Encoding`, `Connection`, ...) belong to the
+host: a plugin that sets one, or a header that is not a token with a printable-ASCII value,
+is refused before any lookup. Bodies are never decompressed; the byte limit is on the bytes
+delivered to the plugin.
+
+Redirects are off by default; when on, each hop is re-checked with `recheck` and re-vetted,
+the target is joined WHATWG-style, and `Authorization`, `Cookie` and `Proxy-Authorization`
+are dropped when the origin changes. Response body size, header count and total time are
+limited; `connect` has the same total deadline across all vetted addresses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import ipaddress
+import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Final, final
+from urllib.parse import unquote
 
+import ada_url
+import httpcore
 import httpx
 
+from suaveplan_sandbox import __version__
 from suaveplan_sandbox.adapters._protocols import HttpRequest, HttpResponse
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions._decision import Allow, Deny
-from suaveplan_sandbox.permissions._fetch_rules import canonical_host, parse_url
+from suaveplan_sandbox.permissions._fetch_rules import ParsedUrl, canonical_host, parse_url
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -95,9 +120,159 @@ def _refused() -> SuaveplanError:
     return SuaveplanError("SAND_FETCH_ADDRESS_REFUSED", "the host resolved to a refused address")
 
 
+# RFC 9110 token (header names, methods) and a field value we are willing to send:
+# printable ASCII, space and tab. Anything else (CR, LF, NUL, other controls, non-ASCII) is
+# refused here rather than left to the HTTP library, which would raise unmapped errors.
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
+# Headers that frame the message or manage the connection: the host writes them. A plugin's
+# `Transfer-Encoding` beside the host's `Content-Length` is a request-smuggling pair; a second
+# `Host` addresses another virtual host on the granted address.
+_HOST_OWNED: Final = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+    }
+)
+_CREDENTIALS: Final = frozenset({"authorization", "cookie", "proxy-authorization"})
+_BODY_HEADERS: Final = frozenset(
+    {"content-type", "content-encoding", "content-language", "content-location"}
+)
+_DEFAULT_HEADERS: Final = (
+    ("Accept", "*/*"),
+    ("Accept-Encoding", "identity"),  # the plugin gets the bytes it would decode itself
+    ("User-Agent", f"suaveplan-sandbox/{__version__}"),
+)
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
+_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
+_TRANSPORT_ERRORS: Final = (
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.UnsupportedProtocol,
+    httpcore.ProxyError,
+)
+
+
+def _header_refused(reason: str) -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_FETCH_FAILED",
+        "the request carries a header the host will not send",
+        {"reason": reason},
+    )
+
+
+def _request_headers(headers: Iterable[object]) -> list[tuple[str, str]]:
+    """The plugin's headers, validated; refuses malformed and host-owned ones."""
+    out: list[tuple[str, str]] = []
+    for item in headers:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise _header_refused("header-invalid")
+        name, value = item
+        if (
+            not isinstance(name, str)
+            or not isinstance(value, str)
+            or _TOKEN.fullmatch(name) is None
+            or _FIELD_VALUE.fullmatch(value) is None
+        ):
+            raise _header_refused("header-invalid")
+        if name.lower() in _HOST_OWNED:
+            raise _header_refused("header-not-permitted")
+        out.append((name, value.strip(" \t")))
+    return out
+
+
+def _without(headers: Sequence[tuple[str, str]], names: frozenset[str]) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in headers if k.lower() not in names]
+
+
+def _redirect_method(status: int, method: str) -> str:
+    """Fetch/httpx: 303 turns anything but HEAD into GET; 301/302 turn POST into GET."""
+    if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
+        return "GET"
+    return method
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where the request in this task may connect: its origin and the vetted addresses."""
+
+    host: str
+    port: int
+    addresses: tuple[str, ...]
+
+
+_ROUTE: ContextVar[_Route | None] = ContextVar("suaveplan_fetch_route", default=None)
+
+
+@final
+class _VettedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's only way out: dials the addresses vetted for the calling task's request.
+
+    httpcore opens a connection in the task of the request it serves, so the task's `_ROUTE`
+    is that request's. No route, or a route for another origin, is a connect error: nothing
+    is ever dialled by name.
+    """
+
+    def __init__(self) -> None:
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        route = _ROUTE.get()
+        if route is None or (route.host, route.port) != (host, port) or not route.addresses:
+            raise httpcore.ConnectError("no vetted address for this origin")
+        last: Exception | None = None
+        for address in route.addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address,
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last = exc  # nothing was sent: the next vetted address may answer
+        assert last is not None
+        raise last
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not dialled")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _basic_auth(url: ada_url.URL) -> str | None:
+    if not url.username and not url.password:
+        return None
+    pair = f"{unquote(url.username)}:{unquote(url.password)}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
 @final
 class HttpxFetch:
-    """The production `FetchAdapter` on httpx."""
+    """The production `FetchAdapter`, on httpx's transport layer (httpcore)."""
 
     def __init__(
         self,
@@ -117,17 +292,23 @@ class HttpxFetch:
         self._allow_private = allow_private
         self._resolve = resolver or _default_resolver
         self._timeout = timeout
+        self._timeouts = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
         self._max_bytes = max_response_bytes
         self._max_headers = max_headers
         self._follow = follow_redirects
         self._max_redirects = max_redirects
         self._recheck = recheck
-        self._client = httpx.AsyncClient(
-            verify=verify, timeout=timeout, follow_redirects=False, trust_env=False
+        self._pool = httpcore.AsyncConnectionPool(
+            # httpx's trust store (certifi) without its environment (SSL_CERT_FILE/DIR).
+            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_VettedBackend(),
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._pool.aclose()
 
     async def vet(self, host: str, port: int, rule: str) -> list[str]:
         """Resolve `host` once; return every address to dial, in order, or raise.
@@ -173,54 +354,67 @@ class HttpxFetch:
             ) from None
 
     async def _request(self, request: HttpRequest) -> HttpResponse:
-        url, method, body, headers = request.url, request.method, request.body, request.headers
-        rule = request.rule
+        url, method, body, rule = request.url, request.method, request.body, request.rule
+        if not isinstance(method, str) or _TOKEN.fullmatch(method) is None:
+            raise SuaveplanError("SAND_FETCH_FAILED", "the method is not a token")
+        headers = _request_headers(request.headers)
         for hop in range(self._max_redirects + 1):
             parsed = parse_url(url)
-            if parsed is None or parsed.scheme not in ("http", "https"):
+            if parsed is None or parsed.scheme not in _DEFAULT_PORTS:
                 raise SuaveplanError("SAND_FETCH_FAILED", "the URL does not parse")
             addresses = await self.vet(parsed.host, parsed.port, rule)
-            target = httpx.URL(parsed.href)
-            host_header = parsed.host if target.port is None else f"{parsed.host}:{target.port}"
-            response = await self._send_first_reachable(
-                addresses,
-                target=target,
-                method=method,
-                headers=[*headers, ("Host", host_header)],
-                body=body,
-                hostname=parsed.host,
-            )
+            response = await self._send(parsed, addresses, method, headers, body)
             try:
-                if len(response.headers.raw) > self._max_headers:
+                if len(response.headers) > self._max_headers:
                     raise SuaveplanError("SAND_FETCH_TOO_LARGE", "too many response headers")
-                if response.is_redirect:
-                    location = response.headers.get("location")
-                    if not self._follow or location is None or hop == self._max_redirects:
+                location = next((v for k, v in response.headers if k.lower() == b"location"), None)
+                if response.status in _REDIRECTS and location is not None:
+                    if not self._follow or hop == self._max_redirects:
                         raise SuaveplanError("SAND_FETCH_REDIRECT_REFUSED", "redirect refused")
-                    url = str(httpx.URL(parsed.href).join(location))
+                    try:
+                        joined = ada_url.join_url(parsed.href, location.decode("utf-8", "replace"))
+                    except ValueError:
+                        raise SuaveplanError(
+                            "SAND_FETCH_REDIRECT_REFUSED", "the redirect target does not parse"
+                        ) from None
                     assert self._recheck is not None
-                    decision = self._recheck(url)
+                    decision = self._recheck(joined)
                     if isinstance(decision, Deny):
                         raise SuaveplanError("SAND_FETCH_REDIRECT_REFUSED", "redirect denied")
                     rule = decision.rule or ""
-                    if response.status_code in (301, 302, 303):
-                        method, body = "GET", b""
+                    url = decision.target or joined
+                    following = parse_url(url)
+                    if following is None or (following.scheme, following.host, following.port) != (
+                        parsed.scheme,
+                        parsed.host,
+                        parsed.port,
+                    ):
+                        # Credentials are for the origin they were written for (as browsers).
+                        headers = _without(headers, _CREDENTIALS)
+                    new_method = _redirect_method(response.status, method)
+                    if new_method != method:
+                        method, body = new_method, b""
+                        headers = _without(headers, _BODY_HEADERS)
                     continue
                 chunks: list[bytes] = []
                 total = 0
-                async for chunk in response.aiter_raw():
+                async for chunk in response.aiter_stream():
                     total += len(chunk)
                     if total > self._max_bytes:
                         raise SuaveplanError("SAND_FETCH_TOO_LARGE", "the response is too large")
                     chunks.append(chunk)
                 return HttpResponse(
-                    status=response.status_code,
+                    status=response.status,
                     headers=tuple(
-                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
+                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers
                     ),
                     body=b"".join(chunks),
                 )
-            except httpx.HTTPError as exc:
+            except httpcore.TimeoutException as exc:
+                raise SuaveplanError(
+                    "SAND_FETCH_TIMEOUT", "the request timed out", cause=exc
+                ) from None
+            except _TRANSPORT_ERRORS as exc:
                 raise SuaveplanError(
                     "SAND_FETCH_FAILED", f"the request failed ({type(exc).__name__})", cause=exc
                 ) from None
@@ -228,58 +422,79 @@ class HttpxFetch:
                 await response.aclose()
         raise SuaveplanError("SAND_FETCH_REDIRECT_REFUSED", "too many redirects")
 
-    async def _send_first_reachable(
+    async def _send(
         self,
+        parsed: ParsedUrl,
         addresses: list[str],
-        *,
-        target: httpx.URL,
         method: str,
-        headers: list[tuple[str, str]],
+        headers: Sequence[tuple[str, str]],
         body: bytes,
-        hostname: str,
-    ) -> httpx.Response:
-        """Send to the first vetted address that accepts a connection; never re-resolve."""
-        last: httpx.HTTPError | None = None
-        for address in addresses:
-            req = self._client.build_request(
-                method,
-                target.copy_with(host=address),
-                headers=headers,
-                content=body,
-                extensions={"sni_hostname": hostname.strip("[]")},
-            )
-            try:
-                return await self._client.send(req, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                last = exc  # nothing was sent: the next vetted address may answer
-            except httpx.TimeoutException as exc:
-                raise SuaveplanError(
-                    "SAND_FETCH_TIMEOUT", "the request timed out", cause=exc
-                ) from None
-            except httpx.HTTPError as exc:
-                raise SuaveplanError(
-                    "SAND_FETCH_FAILED", f"the request failed ({type(exc).__name__})", cause=exc
-                ) from None
-        if isinstance(last, httpx.ConnectTimeout):
-            raise SuaveplanError("SAND_FETCH_TIMEOUT", "the connection timed out", cause=last)
-        raise SuaveplanError(
-            "SAND_FETCH_FAILED", "no vetted address accepted the connection", cause=last
+    ) -> httpcore.Response:
+        """Send on the pool with the vetted addresses as this task's only route out."""
+        url = ada_url.URL(parsed.href)
+        host = parsed.host[1:-1] if parsed.host.startswith("[") else parsed.host
+        default = parsed.port == _DEFAULT_PORTS[parsed.scheme]
+        wire: list[tuple[str, str]] = [
+            ("Host", parsed.host if default else f"{parsed.host}:{parsed.port}"),
+            *headers,
+        ]
+        present = {k.lower() for k, _ in headers}
+        wire += [(k, v) for k, v in _DEFAULT_HEADERS if k.lower() not in present]
+        auth = _basic_auth(url)
+        if auth is not None and "authorization" not in present:
+            wire.append(("Authorization", auth))
+        if body or method in _BODY_METHODS:
+            wire.append(("Content-Length", str(len(body))))
+        outgoing = httpcore.Request(
+            method.encode("ascii"),
+            httpcore.URL(
+                scheme=parsed.scheme.encode("ascii"),
+                host=host.encode("ascii"),
+                port=parsed.port,
+                target=(url.pathname + url.search).encode("ascii"),
+            ),
+            headers=[(k.encode("ascii"), v.encode("ascii")) for k, v in wire],
+            content=body,
+            extensions={"timeout": self._timeouts},
         )
+        token = _ROUTE.set(_Route(host, parsed.port, tuple(addresses)))
+        try:
+            return await self._pool.handle_async_request(outgoing)
+        except httpcore.TimeoutException as exc:
+            raise SuaveplanError("SAND_FETCH_TIMEOUT", "the request timed out", cause=exc) from None
+        except _TRANSPORT_ERRORS as exc:
+            raise SuaveplanError(
+                "SAND_FETCH_FAILED", f"the request failed ({type(exc).__name__})", cause=exc
+            ) from None
+        finally:
+            _ROUTE.reset(token)
 
     async def connect(self, host: str, port: int, *, rule: str) -> socket.socket:
         addresses = await self.vet(host, port, rule)
+        # One deadline across every address: a name answering with many addresses that
+        # swallow SYNs must not hold a thread for `timeout` times each of them.
+        deadline = time.monotonic() + self._timeout
 
         def dial() -> socket.socket:
-            last: OSError | None = None
+            last: OSError = TimeoutError("the connection timed out")
             for address in addresses:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
                 try:
-                    return socket.create_connection((address, port), timeout=self._timeout)
+                    sock = socket.create_connection((address, port), timeout=remaining)
                 except OSError as exc:
                     last = exc
-            assert last is not None
+                    continue
+                sock.settimeout(self._timeout)
+                return sock
             raise last
 
         try:
             return await asyncio.to_thread(dial)
+        except TimeoutError as exc:
+            raise SuaveplanError(
+                "SAND_FETCH_TIMEOUT", "the connection timed out", cause=exc
+            ) from None
         except OSError as exc:
             raise SuaveplanError("SAND_FETCH_FAILED", "the connection failed", cause=exc) from None
