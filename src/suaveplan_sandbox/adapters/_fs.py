@@ -7,10 +7,23 @@ fd, one component at a time, with `O_NOFOLLOW` (or a single `openat2` with
 inside the root: following none is the only rule that a rename race cannot turn into an
 escape, because the kernel re-checks each component at the moment it is opened.
 
+Only a regular file is ever opened for reading. The leaf is looked at first without opening
+it (`fstatat` with `AT_SYMLINK_NOFOLLOW` on the thread, an `O_PATH` open inline): opening a
+FIFO, a socket, a device or a terminal planted in the tree runs its driver, which may block,
+have side effects (a writer waiting on a FIFO is released; a terminal opened without
+`O_NOCTTY` by a session leader becomes the host's controlling terminal, and whoever holds
+its other end can then send the host SIGINT and SIGHUP). Should a rename put such a file in
+place between the look and the open, the open is still non-blocking and `O_NOCTTY`, and the
+`fstat` after it refuses anything but a regular file.
+
 Writes are atomic: a temp file in the same directory (through the directory fd), `fsync`,
 `rename` over the target, then `fsync` of the directory. A writer killed at any point leaves
 either the old file or the new one, never a mix. Renaming over a symlink replaces the link
-itself; its target is never written.
+itself; its target is never written; renaming over a hard link replaces this name only, so
+the file's other names keep the old contents.
+
+A listing stops at `max_list_entries` names (`SAND_FS_TOO_LARGE`): a directory of millions
+of entries would otherwise be held in host memory whole before any limit could apply.
 
 Reads and existence checks that need no I/O are answered on the calling thread; everything
 else runs on a worker thread (`asyncio.to_thread`), because a filesystem call can wait on a
@@ -34,7 +47,13 @@ the inline path changes latency, never results. `inline_io=False` turns it off.
 A write whose awaiting task is cancelled (the gateway cancels in-flight calls when a sandbox
 crashes or is disposed) cannot stop its thread, so the thread asks its `_WriteTicket` before
 the rename: once cancelled, the rename never happens. Without this a killed guest's write
-could land after a later, acknowledged write to the same file and silently replace it.
+could land after a later, acknowledged write to the same file and silently replace it. A
+cancellation never waits for the thread (the loop would hang as long as a rename on a hung
+filesystem): a write that had already decided to rename when it was cancelled still does.
+Every rename into a directory is decided and made under that directory's lock, one per
+directory in the process whichever adapter writes (a restarted sandbox may well get a new
+adapter on the same root), so a write decided later (the next sandbox's) lands after it,
+never under it.
 """
 
 from __future__ import annotations
@@ -47,6 +66,7 @@ import os
 import secrets
 import stat
 import threading
+import weakref
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
@@ -78,6 +98,10 @@ LOCAL_FILESYSTEMS: Final = MEMORY_FILESYSTEMS | frozenset(
 )
 _DEFAULT_MAX_READ: Final = 16 * 1024 * 1024
 _DEFAULT_MAX_WRITE: Final = 16 * 1024 * 1024
+_DEFAULT_MAX_LIST: Final = 100_000
+# Bytes of the target's name kept in its temp file's name: with the rest (33 bytes) it stays
+# under NAME_MAX (255) whatever the name, which may itself be 255 bytes.
+_TMP_NAME_BYTES: Final = 100
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -98,22 +122,68 @@ def _translate(exc: OSError) -> NoReturn:
 
 @final
 class _WriteTicket:
-    """Cancellation for one write's thread: rename and cancel exclude each other."""
+    """Cancellation for one write's thread: deciding to rename and cancelling exclude each
+    other. The lock is only ever held to read and set the flags, never across I/O, so
+    `cancel()` (called on the event loop) does not wait for a rename in progress."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.cancelled = False
 
     def cancel(self) -> None:
-        # Waits at most for one rename in progress; after it returns the rename has either
-        # happened already or never will.
         with self.lock:
             self.cancelled = True
+
+    def commit(self) -> bool:
+        """True, and the write may rename; False once cancelled, and it never will."""
+        with self.lock:
+            return not self.cancelled
+
+
+@final
+class _RenameLock:
+    """Held from a write's decision to rename until its rename returns; one per directory
+    (`st_dev`, `st_ino`) written into, alive while some write into it holds it."""
+
+    __slots__ = ("__weakref__", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+_RENAME_LOCKS: Final[weakref.WeakValueDictionary[tuple[int, int], _RenameLock]] = (
+    weakref.WeakValueDictionary()
+)
+_RENAME_LOCKS_GUARD: Final = threading.Lock()
+
+
+def _rename_lock_for(dir_fd: int) -> _RenameLock:
+    """The rename lock of the directory `dir_fd`; the caller keeps it while it uses it."""
+    st = os.fstat(dir_fd)
+    key = (st.st_dev, st.st_ino)
+    with _RENAME_LOCKS_GUARD:
+        lock = _RENAME_LOCKS.get(key)
+        if lock is None:
+            lock = _RENAME_LOCKS[key] = _RenameLock()
+        return lock
 
 
 def _normalised(parts: list[str]) -> bool:
     """No empty, `.` or `..` component and no NUL: the only paths a request may name."""
     return "" not in parts and "." not in parts and ".." not in parts and "\0" not in "".join(parts)
+
+
+def _temp_name(name: str) -> str:
+    # Cut in bytes (a 255-byte name of multi-byte characters must still fit), at a character
+    # boundary: a temp file's name shows in listings, which must stay valid UTF-8.
+    head = os.fsencode(name)[:_TMP_NAME_BYTES].decode("utf-8", "ignore")
+    return f".{head}.{secrets.token_hex(8)}.suaveplan-tmp"
 
 
 def _components(path: str) -> list[str]:
@@ -136,6 +206,7 @@ class BeneathRootFs:
         *,
         max_read_bytes: int = _DEFAULT_MAX_READ,
         max_write_bytes: int = _DEFAULT_MAX_WRITE,
+        max_list_entries: int = _DEFAULT_MAX_LIST,
         use_openat2: bool | None = None,
         inline_io: bool = True,
     ) -> None:
@@ -151,6 +222,7 @@ class BeneathRootFs:
         self._root_fd_c = ctypes.c_int(self._root_fd)
         self.max_read_bytes = max_read_bytes
         self.max_write_bytes = max_write_bytes
+        self.max_list_entries = max_list_entries
         self._openat2 = SYSCALL is not None and use_openat2 is not False
         if self._openat2 and not self._probe_openat2():
             if use_openat2:
@@ -305,12 +377,20 @@ class BeneathRootFs:
                 _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected")
             dfd = self._open_dir(parts[:-1])
             try:
-                # O_NONBLOCK: a FIFO planted in the tree must not hang the host.
-                fd = self._open_leaf(dfd, parts[-1], os.O_RDONLY | os.O_NONBLOCK)
+                # Looked at before it is opened: only a regular file is opened (see the
+                # module docstring). One component from `dfd`, not followed if a link.
+                st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                if not stat.S_ISREG(st.st_mode):
+                    _raise("SAND_FS_NOT_A_FILE", "not a regular file")
+                if st.st_size > limit:
+                    _raise("SAND_FS_TOO_LARGE", f"the file exceeds the read limit ({limit} bytes)")
+                fd = self._open_leaf(dfd, parts[-1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
             finally:
                 os.close(dfd)
             try:
-                st = os.fstat(fd)
+                st = os.fstat(fd)  # what was opened: a rename may have swapped the entry
                 if not stat.S_ISREG(st.st_mode):
                     _raise("SAND_FS_NOT_A_FILE", "not a regular file")
                 if st.st_size > limit:
@@ -353,7 +433,8 @@ class BeneathRootFs:
                 else:
                     if stat.S_ISDIR(st.st_mode):
                         _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected")
-                tmp = f".{name[:200]}.{secrets.token_hex(8)}.suaveplan-tmp"
+                tmp = _temp_name(name)
+                rename_lock = _rename_lock_for(dfd)
                 fd = self._open_leaf(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 try:
                     try:
@@ -363,8 +444,8 @@ class BeneathRootFs:
                         os.fsync(fd)
                     finally:
                         os.close(fd)
-                    with ticket.lock if ticket is not None else contextlib.nullcontext():
-                        if ticket is not None and ticket.cancelled:
+                    with rename_lock:
+                        if ticket is not None and not ticket.commit():
                             _raise("SAND_CANCELLED", "the write was cancelled")
                         os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
                 except BaseException:
@@ -378,14 +459,27 @@ class BeneathRootFs:
             _translate(exc)
 
     def _list_sync(self, path: str) -> list[str]:
+        limit = self.max_list_entries
+        names: list[str] = []
         try:
             dfd = self._open_dir(_components(path))
             try:
-                return sorted(os.listdir(dfd))  # noqa: PTH208 - an fd, not a path
+                # Entry by entry, so that a huge directory is refused having held no more
+                # than `limit` names (`os.listdir` would build the whole list first).
+                with os.scandir(dfd) as entries:
+                    for entry in entries:
+                        if len(names) >= limit:
+                            _raise(
+                                "SAND_FS_TOO_LARGE",
+                                f"the directory has more than {limit} entries",
+                            )
+                        names.append(entry.name)
             finally:
                 os.close(dfd)
         except OSError as exc:
             _translate(exc)
+        names.sort()
+        return names
 
     def _exists_sync(self, path: str) -> bool:
         """True for a file or directory reachable without crossing a link; links are False."""
@@ -417,15 +511,38 @@ class BeneathRootFs:
         if not _normalised(path.split("/")) or self._hold_root() < 0:
             return -errno.EINVAL
         try:
-            assert SYSCALL is not None
-            fd = int(SYSCALL(NR_OPENAT2, self._root_fd_c, os.fsencode(path), how, HOW_SIZE))
-            return fd if fd >= 0 else -ctypes.get_errno()
+            return self._openat2_cached(os.fsencode(path), how)
         finally:
             self._release_root()
 
+    def _openat2_cached(self, raw: bytes, how: ctypes._Pointer[OpenHow]) -> int:
+        # The caller holds the root (`_hold_root`).
+        assert SYSCALL is not None
+        fd = int(SYSCALL(NR_OPENAT2, self._root_fd_c, raw, how, HOW_SIZE))
+        return fd if fd >= 0 else -ctypes.get_errno()
+
     def _read_cached(self, path: str, limit: int) -> bytes | None:
         """The whole of a small regular file, when nothing has to wait on I/O; else None."""
-        fd = self._open_cached(path, HOW_READ)
+        if not _normalised(path.split("/")) or self._hold_root() < 0:
+            return None
+        try:
+            raw = os.fsencode(path)
+            # Looked at (O_PATH) before it is opened: only a regular file is ever opened,
+            # above all here on the loop, where a driver's open would hold every sandbox.
+            fd = self._openat2_cached(raw, HOW_PATH)
+            if fd < 0:
+                return None
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > min(limit, INLINE_READ_MAX_BYTES):
+                return None
+            fd = self._openat2_cached(raw, HOW_READ)
+        except OSError:
+            return None
+        finally:
+            self._release_root()
         if fd < 0:
             return None
         try:

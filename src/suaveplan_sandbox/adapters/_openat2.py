@@ -34,10 +34,14 @@ class OpenHow(ctypes.Structure):
 NR_OPENAT2: Final = ctypes.c_long(SYS_OPENAT2)
 HOW_SIZE: Final = ctypes.c_size_t(ctypes.sizeof(OpenHow))
 # The inline path's opens: from the caches alone, and never across a mount point (EXDEV), so
-# the file is on the root's filesystem, whose type was checked. O_NONBLOCK: a FIFO planted in
-# the tree must not hang the host.
+# the file is on the root's filesystem, whose type was checked. A read opens only what an
+# `O_PATH` look (HOW_PATH) found to be a regular file; should a rename put a special file
+# there in between, O_NONBLOCK keeps a FIFO from hanging the loop and O_NOCTTY keeps a
+# terminal from becoming the host's controlling terminal.
 _CACHED: Final = RESOLVE | RESOLVE_CACHED | RESOLVE_NO_XDEV
-HOW_READ: Final = ctypes.pointer(OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, _CACHED))
+HOW_READ: Final = ctypes.pointer(
+    OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, 0, _CACHED)
+)
 HOW_PATH: Final = ctypes.pointer(OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _CACHED))
 
 
