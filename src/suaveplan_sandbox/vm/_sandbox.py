@@ -18,6 +18,22 @@ calls shorter than the interval cannot hide CPU). Neither is created or cancelle
 Writes are non-blocking with a bounded buffer: a worker that stops reading cannot stall the
 host's loop. Reads go into one receive buffer per thread.
 
+What a plugin can make the host hold or emit is bounded. Log lines: `logs` keeps the most
+recent (`MAX_RECORDED_LOGS` lines, `MAX_RECORDED_LOG_CHARS` characters), `logs_total`
+counts all; at most `log_lines_per_s` a second (a burst of as many) reach the host's
+`logging`, each cut to `MAX_FORWARDED_LOG_CHARS` with control characters escaped, and the
+lines held back are reported, with their count, in one warning when the allowance returns
+(or at dispose). Events: an event published while a sandbox serves an event delivery is one
+hop deeper than that delivery (a context variable set around the host call carries the
+depth through the bus, across sandboxes and threads); a delivery deeper than
+`MAX_EVENT_DEPTH` is dropped, as is one that finds `MAX_QUEUED_EVENTS` deliveries (or
+`MAX_QUEUED_EVENT_BYTES` of them) already waiting for the worker. Drops (`events_dropped`)
+and failed deliveries (`events_failed`) are reported in warnings of at most one a second,
+each with its count. A plugin subscribes to at most `MAX_SUBSCRIPTIONS` topics. Host calls:
+a worker sends one at a time (the honest one waits for each answer), so one sent before the
+last was answered ends the worker (`hostcall-overlap`), and a capability name the host does
+not know reaches the gateway, its metrics and audit as `unknown`.
+
 Busy polling (`busy_poll_us`, 200 by default, 0 turns it off): after sending the worker
 something it answers (a call, an event, a host call's reply) the host keeps its loop from
 sleeping for up to that long, by re-queueing one cheap callback, so the loop polls its
@@ -45,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import signal
@@ -91,6 +108,7 @@ from suaveplan_sandbox.protocol import (
     encode_fields,
 )
 from suaveplan_sandbox.vm._guest import load_plugin
+from suaveplan_sandbox.vm._guest._runtime import MAX_SUBSCRIPTIONS
 from suaveplan_sandbox.vm._hardening import HardeningReport, cpu_backstop_seconds
 from suaveplan_sandbox.vm._worker_loop import (
     DEFAULT_BUSY_POLL_US,
@@ -118,6 +136,42 @@ _RECV_BYTES: Final = 262144
 DEFAULT_CPU_BACKSTOP_S: Final = 300
 # `VmSandbox.denials` keeps this many of the most recent denials; `denials_total` counts all.
 MAX_RECORDED_DENIALS: Final = 256
+# `VmSandbox.logs` keeps the most recent plugin log lines, at most this many and this many
+# characters in all (a line is up to 64 KiB: 256 of them would hold 16 MiB per sandbox);
+# `logs_total` counts every line.
+MAX_RECORDED_LOGS: Final = 256
+MAX_RECORDED_LOG_CHARS: Final = 1024 * 1024
+# Plugin log lines reaching the host's `logging`: at most this many a second per sandbox by
+# default (`create_vm_sandbox(log_lines_per_s=...)`, a burst of as many), each cut to
+# MAX_FORWARDED_LOG_CHARS characters; a plugin cannot flood the host's log pipeline.
+DEFAULT_LOG_LINES_PER_S: Final = 100
+MAX_FORWARDED_LOG_CHARS: Final = 4096
+# An event published while a sandbox handles an event is one hop deeper; deliveries deeper
+# than this are dropped (a subscriber re-publishing to its own topic, two plugins answering
+# each other). A host's own publish starts at depth 1.
+MAX_EVENT_DEPTH: Final = 8
+# Event deliveries one sandbox holds waiting for its worker, by count and by encoded bytes;
+# more are dropped. Calls are not counted: how fast the host calls is the host's choice.
+MAX_QUEUED_EVENTS: Final = 1024
+MAX_QUEUED_EVENT_BYTES: Final = 64 * 1024 * 1024
+# Warnings about one sandbox's dropped or failed event deliveries: at most one a second (the
+# rest are counted in the next one, or in the one dispose writes).
+_EVENT_WARNINGS_PER_S: Final = 1
+# The capabilities a worker may name; any other name reaches the gateway as `unknown`, so a
+# worker cannot mint metric series or audit values with names of its own.
+_CAPABILITIES: Final = frozenset({"fs", "fetch", "db", "secrets", "events"})
+_LOG_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+# The hop count of the event delivery whose host call is being served (0: a plugin call or
+# the host itself). Set around an `events` host call; the bus's handlers run in (a copy of)
+# that context, so a delivery it causes knows how deep it is, on any sandbox or thread.
+_event_depth: Final[contextvars.ContextVar[int]] = contextvars.ContextVar(
+    "suaveplan_vm_event_depth", default=0
+)
 
 
 # Codes only the host may produce: a worker claiming one is lying (a plugin can construct any
@@ -148,6 +202,46 @@ class _RecvBuffer(threading.local):
 
 
 _recv_buffer = _RecvBuffer()
+
+
+@final
+class _Allowance:
+    """A token bucket: `per_s` a second, holding at most `per_s` (at least one); None is
+    unlimited, 0 allows nothing. `held` counts what was refused since `release_held`."""
+
+    __slots__ = ("_last", "_per_s", "_tokens", "held")
+
+    def __init__(self, per_s: int | None, now: float) -> None:
+        self._per_s = per_s
+        self._tokens = float(per_s or 0)
+        self._last = now
+        self.held = 0
+
+    def take(self, now: float) -> bool:
+        per_s = self._per_s
+        if per_s is None:
+            return True
+        tokens = min(float(max(per_s, 1)), self._tokens + (now - self._last) * per_s)
+        self._last = now
+        if tokens >= 1.0:
+            self._tokens = tokens - 1.0
+            return True
+        self._tokens = tokens
+        return False
+
+    def release_held(self) -> int:
+        held, self.held = self.held, 0
+        return held
+
+
+def _printable(text: str) -> str:
+    """`text` with every non-printable character (newlines, escapes, bidi controls) escaped,
+    so one plugin line stays one host log line that a terminal shows as written."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
 
 
 def _claimed(code: str) -> SuaveplanError:
@@ -233,6 +327,8 @@ class _Job:
     topic: str = ""
     # (capability, reason) of every request the gateway denied during this job.
     denials: frozenset[tuple[str, str]] = frozenset()
+    depth: int = 0  # an event delivery's hop count (0 for a call)
+    awaiting_host: bool = False  # a host call of this job is not answered yet
 
 
 @final
@@ -259,9 +355,22 @@ class VmSandbox:
         self._hardening: HardeningReport | None = None
         self._denials: deque[Deny] = deque(maxlen=MAX_RECORDED_DENIALS)
         self.denials_total = 0
-        self.logs: list[tuple[str, str]] = []
+        self._logs: deque[tuple[str, str]] = deque()
+        self._log_chars = 0
+        self.logs_total = 0
+        self.logs_suppressed = 0
+        self._log_allowance = _Allowance(DEFAULT_LOG_LINES_PER_S, 0.0)
+        self._log_rate: int | None = DEFAULT_LOG_LINES_PER_S
+        self._now = self._loop.time
         self.events_delivered = 0
         self.events_denied = 0
+        self.events_dropped = 0
+        self.events_failed = 0
+        self._event_allowance = _Allowance(_EVENT_WARNINGS_PER_S, 0.0)
+        # (outcome, reason) -> deliveries not yet reported: ("dropped", "event-depth"), ...
+        self._events_held: dict[tuple[str, str], int] = {}
+        self._queued_events = 0
+        self._queued_event_bytes = 0
         self._gateway: Gateway
         self._tracker: BudgetTracker
         self._metrics: MetricsSink
@@ -321,6 +430,14 @@ class VmSandbox:
         self._denials.append(deny)
         self.denials_total += 1
 
+    @property
+    def logs(self) -> list[tuple[str, str]]:
+        """The most recent plugin log lines as `(level, text)`, oldest first (a copy): at most
+        `MAX_RECORDED_LOGS` lines and `MAX_RECORDED_LOG_CHARS` characters. Every line, also
+        the dropped ones, is counted in `logs_total`; `logs_suppressed` counts those the
+        host's `logging` was spared (over `log_lines_per_s`)."""
+        return list(self._logs)
+
     async def __aenter__(self) -> VmSandbox:
         return self
 
@@ -362,6 +479,7 @@ class VmSandbox:
         current, waiting = self._job, list(self._waiting)
         self._job = None
         self._waiting.clear()
+        self._queued_events = self._queued_event_bytes = 0
         if current is not None and current.fut is not None and not current.fut.done():
             current.fut.set_exception(err)
         for job in waiting:
@@ -401,6 +519,8 @@ class VmSandbox:
         self._kill()
         self._close_sock()
         self._stop_timers()
+        self._report_held_logs()
+        self._report_events()
         err = SuaveplanError("SAND_VM_DISPOSED", "the sandbox was disposed")
         if not self._ready.done():
             self._ready.set_exception(err)
@@ -520,9 +640,9 @@ class VmSandbox:
             if job is None:
                 raise _crashed("hostcall-outside-call")
             self._start_host_call(msg, job)
-        elif isinstance(msg, Log):
-            self.logs.append((msg.level, msg.text))
-            _log.log(logging.getLevelName(msg.level.upper()), "[%s] %s", self._plugin, msg.text)
+        elif kind is Log:
+            assert isinstance(msg, Log)
+            self._on_log(msg.level, msg.text)
         elif isinstance(msg, Ready) and not self._ready.done():
             self._ready.set_result(msg)
         else:
@@ -531,8 +651,23 @@ class VmSandbox:
     def _start_host_call(self, msg: HostCall, job: _Job) -> None:
         """Answer a host call inline when the gateway completes it here; otherwise when the
         gateway's task for it is done."""
+        if job.awaiting_host:
+            # The worker waits for each answer: a second request is a forged one, and serving
+            # it would let a worker run any number of adapter calls at once.
+            raise _crashed("hostcall-overlap")
+        job.awaiting_host = True
+        cap = msg.capability
+        if cap not in _CAPABILITIES:
+            cap = "unknown"
         try:
-            done, value = self._gateway.dispatch_eager(msg.capability, msg.operation, msg.args)
+            if cap == "events":
+                token = _event_depth.set(job.depth)
+                try:
+                    done, value = self._gateway.dispatch_eager(cap, msg.operation, msg.args)
+                finally:
+                    _event_depth.reset(token)
+            else:
+                done, value = self._gateway.dispatch_eager(cap, msg.operation, msg.args)
         except Exception as exc:
             self._reply(msg, job, failure=self._host_failure(msg, job, exc))
             return
@@ -575,6 +710,7 @@ class VmSandbox:
         """Answer `msg` with `failure`, or else with a `HostReply` of `value`."""
         if self._job is not job:
             return  # the job ended (or the worker died) while the adapter ran
+        job.awaiting_host = False
         try:
             if failure is not None:
                 frame = encode(failure)
@@ -593,12 +729,6 @@ class VmSandbox:
         self._expect_answer()
 
     # -- jobs -----------------------------------------------------------------------------
-    def _submit(self, job: _Job) -> None:
-        if self._job is None and self._state is _S.IDLE:
-            self._begin(job)
-        else:
-            self._waiting.append(job)
-
     def _begin(self, job: _Job) -> None:
         self._move("call")
         self._job = job
@@ -637,12 +767,19 @@ class VmSandbox:
                 fut.set_result(msg.value)
         elif fut is None:
             self.events_delivered += 1
-            _log.warning("[%s] event handler failed: %s", self._plugin, err.code)
+            self.events_failed += 1
+            self._note_event("failed", err.code)
         elif not fut.done():
             fut.set_exception(err)
+        if self._log_allowance.held and self._log_allowance.take(self._now()):
+            self._report_held_logs()
         while self._waiting and self._job is None and self._state is _S.IDLE:
             nxt = self._waiting.popleft()
-            if nxt.fut is None or not nxt.fut.done():
+            if nxt.fut is None:
+                self._queued_events -= 1
+                self._queued_event_bytes -= len(nxt.frame)
+                self._begin(nxt)
+            elif not nxt.fut.done():
                 self._begin(nxt)
 
     def _is_memory_breach(self, err: SuaveplanError) -> bool:
@@ -730,6 +867,14 @@ class VmSandbox:
             checker.deny("events", DenyReason.EVENT_NOT_DECLARED)
             self.events_denied += 1
             return
+        depth = _event_depth.get() + 1
+        if depth > MAX_EVENT_DEPTH:
+            self._drop_event("event-depth")
+            return
+        queued = self._job is not None or self._state is not _S.IDLE
+        if queued and self._queued_events >= MAX_QUEUED_EVENTS:
+            self._drop_event("event-queue-full")  # before the payload is encoded
+            return
         self._next_id += 1
         try:
             frame = encode(
@@ -738,7 +883,81 @@ class VmSandbox:
         except ProtocolError:
             _log.warning("[%s] event on a subscribed topic could not be encoded", self._plugin)
             return
-        self._submit(_Job(id=self._next_id, frame=frame, fut=None, topic=topic))
+        job = _Job(id=self._next_id, frame=frame, fut=None, topic=topic, depth=depth)
+        if not queued:
+            self._begin(job)
+            return
+        if self._queued_event_bytes + len(frame) > MAX_QUEUED_EVENT_BYTES:
+            self._drop_event("event-queue-full")
+            return
+        self._queued_events += 1
+        self._queued_event_bytes += len(frame)
+        self._waiting.append(job)
+
+    def _drop_event(self, reason: str) -> None:
+        self.events_dropped += 1
+        self._note_event("dropped", reason)
+
+    def _note_event(self, outcome: str, reason: str) -> None:
+        """Count a dropped or failed delivery; warn now if the throttle allows, else later."""
+        key = (outcome, reason)
+        self._events_held[key] = self._events_held.get(key, 0) + 1
+        if self._event_allowance.take(self._now()):
+            self._report_events()
+
+    def _report_events(self) -> None:
+        held, self._events_held = self._events_held, {}
+        for (outcome, reason), count in held.items():
+            _log.warning(
+                "[%s] %d event deliveries %s (%s)",
+                self._plugin,
+                count,
+                outcome,
+                reason,
+                extra={
+                    "suaveplan": {
+                        "plugin": self._plugin,
+                        "reason": reason,
+                        f"{outcome}_events": count,
+                    }
+                },
+            )
+
+    # -- plugin log lines -----------------------------------------------------------------
+    def _on_log(self, level: str, text: str) -> None:
+        self.logs_total += 1
+        logs = self._logs
+        logs.append((level, text))
+        self._log_chars += len(text)
+        while len(logs) > MAX_RECORDED_LOGS or self._log_chars > MAX_RECORDED_LOG_CHARS:
+            self._log_chars -= len(logs.popleft()[1])
+        levelno = _LOG_LEVELS[level]
+        if not _log.isEnabledFor(levelno):
+            return  # the host logs nothing at this level: nothing to spare it
+        allowance = self._log_allowance
+        if not allowance.take(self._now()):
+            allowance.held += 1
+            self.logs_suppressed += 1
+            return
+        if allowance.held:
+            self._report_held_logs()
+        if len(text) > MAX_FORWARDED_LOG_CHARS:
+            shown = f"{_printable(text[:MAX_FORWARDED_LOG_CHARS])}... [{len(text)} characters]"
+        else:
+            shown = _printable(text)
+        _log.log(levelno, "[%s] %s", self._plugin, shown)
+
+    def _report_held_logs(self) -> None:
+        held = self._log_allowance.release_held()
+        if held:
+            _log.warning(
+                "[%s] %d plugin log lines not logged (over %s a second); the most recent are"
+                " in VmSandbox.logs",
+                self._plugin,
+                held,
+                self._log_rate,
+                extra={"suaveplan": {"plugin": self._plugin, "suppressed_lines": held}},
+            )
 
     # -- calls ----------------------------------------------------------------------------
     async def call(self, name: str, *args: object, **kwargs: object) -> object:
@@ -792,6 +1011,7 @@ async def create_vm_sandbox(
     require_hardening: tuple[str, ...] | list[str] = (),
     data_dir: str | os.PathLike[str] | None = None,
     busy_poll_us: int = DEFAULT_BUSY_POLL_US,
+    log_lines_per_s: int | None = DEFAULT_LOG_LINES_PER_S,
     _test_process_probe: bool = False,
 ) -> VmSandbox:
     """Check the plugin, fork a hardened worker for it and wait until it is ready.
@@ -805,6 +1025,11 @@ async def create_vm_sandbox(
     `busy_poll_us` (0 to `MAX_BUSY_POLL_US`): how long the host's loop and the worker poll
     for an answer before they block (see the module docstring); 0 trades call latency for
     idle CPU. The worker does not poll under a `cpuPercent` budget.
+
+    `log_lines_per_s` (an int >= 0, or None for no limit): how many of the plugin's log
+    lines a second (a burst of as many) reach the host's `logging`; the rest are counted in
+    `logs_suppressed` and reported in one warning when the allowance returns. Every line is
+    kept in `logs` (the most recent) whatever the rate. It runs on `clock` when one is given.
     """
     if type(busy_poll_us) is not int or not 0 <= busy_poll_us <= MAX_BUSY_POLL_US:
         raise SuaveplanError(
@@ -812,9 +1037,20 @@ async def create_vm_sandbox(
             "busy_poll_us must be an int from 0 to MAX_BUSY_POLL_US",
             {"argument": "busy_poll_us", "max": MAX_BUSY_POLL_US},
         )
+    if log_lines_per_s is not None and (type(log_lines_per_s) is not int or log_lines_per_s < 0):
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "log_lines_per_s must be an int >= 0, or None for no limit",
+            {"argument": "log_lines_per_s"},
+        )
     bundle = load_plugin(plugin_module_path)
     sb = VmSandbox(_token=_PRIVATE)
     sb._plugin = plugin_name or policy.plugin
+    if clock is not None:
+        sb._now = clock.now
+    sb._log_rate = log_lines_per_s
+    sb._log_allowance = _Allowance(log_lines_per_s, sb._now())
+    sb._event_allowance = _Allowance(_EVENT_WARNINGS_PER_S, sb._now())
     sb._metrics = metrics if metrics is not None else InMemoryMetrics()
     checker = PermissionChecker(policy, plugin=sb._plugin, metrics=sb._metrics)
     if proxies is None:
@@ -874,6 +1110,8 @@ async def create_vm_sandbox(
         if sb._sampling:  # only the CPU/RSS sampler reads it; it costs /proc reads
             sb._proc = _sampled_process(sb._pid)
         ready = await sb._ready
+        if len(ready.subscriptions) > MAX_SUBSCRIPTIONS:  # the guest runtime refuses more
+            raise _crashed("too-many-subscriptions")
         sb._hardening = HardeningReport.from_wire(ready.hardening)
         sb._subscriptions = list(ready.subscriptions)
         sb._move("ready")
@@ -882,10 +1120,16 @@ async def create_vm_sandbox(
             host_end.close()
         await sb.dispose()
         raise
-    for topic in sb._subscriptions:
-        await sb._gateway.dispatch(
-            "events", "subscribe", {"topic": topic}, handler=sb._subscriber(topic)
-        )
+    try:
+        for topic in sb._subscriptions:
+            await sb._gateway.dispatch(
+                "events", "subscribe", {"topic": topic}, handler=sb._subscriber(topic)
+            )
+    except BaseException:
+        # A subscription the manifest does not grant (or a failing bus) fails the creation:
+        # the worker, its fds and the subscriptions made so far go with it.
+        await sb.dispose()
+        raise
     return sb
 
 
@@ -923,6 +1167,22 @@ class BlockingVmSandbox:
     @property
     def denials_total(self) -> int:
         return self._sandbox.denials_total
+
+    @property
+    def logs(self) -> list[tuple[str, str]]:
+        return self._sandbox.logs
+
+    @property
+    def logs_total(self) -> int:
+        return self._sandbox.logs_total
+
+    @property
+    def logs_suppressed(self) -> int:
+        return self._sandbox.logs_suppressed
+
+    @property
+    def events_dropped(self) -> int:
+        return self._sandbox.events_dropped
 
     def call(self, name: str, *args: object, **kwargs: object) -> object:
         if self._closed:
