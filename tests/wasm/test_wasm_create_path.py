@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -117,11 +118,11 @@ async def test_an_import_called_by_a_start_function_reads_guest_memory(
         assert await sb.call("value") == ord("k")
 
 
-async def test_a_start_function_cannot_deadlock_create_on_an_async_adapter(
+async def test_a_start_function_awaits_an_async_adapter_without_deadlocking_create(
     root: Path, wat: Callable[[str], Path]
 ) -> None:
-    # The start function runs on the event loop's thread during create; an async adapter
-    # would need that loop. The import fails closed (IO) instead of blocking it forever.
+    # The start function runs on the guest thread while create awaits it, so an async
+    # adapter is awaited on the (free) event loop like in any call.
     secrets = DictSecrets({"API_KEY": "k"})
     sb = await asyncio.wait_for(
         create_wasm_sandbox(
@@ -132,8 +133,9 @@ async def test_a_start_function_cannot_deadlock_create_on_an_async_adapter(
         timeout=10,
     )
     async with sb:
-        assert await sb.call("start_errno") == Errno.IO
-        assert secrets.requested == []
+        assert await sb.call("start_errno") == Errno.SUCCESS
+        assert await sb.call("value") == ord("k")
+        assert secrets.requested == ["API_KEY"]
 
 
 async def test_repeated_creates_compile_once_and_read_the_file_once(
@@ -155,3 +157,86 @@ async def test_repeated_creates_compile_once_and_read_the_file_once(
             assert await sb.call("answer") == 4
     assert _engine.compile_count() - before == 1
     assert len(loads) == 1
+
+
+async def test_a_module_file_larger_than_max_module_bytes_is_refused_before_it_is_read(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "sized.wasm"
+    path.write_bytes(wasmtime.wat2wasm(ANSWER_WAT.format(n=11)))
+    size = path.stat().st_size
+    loads: list[int] = []
+    real = _engine.load_module
+
+    def counting(wasm: bytes, **kwargs: object) -> wasmtime.Module:
+        loads.append(len(wasm))
+        return real(wasm, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_engine, "load_module", counting)
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(
+            wasm_module_path=path, policy=policy(root), max_module_bytes=size - 1
+        )
+    assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+    assert info.value.details == {"stage": "read", "limit": size - 1}
+    assert loads == []
+    async with await create_wasm_sandbox(
+        wasm_module_path=path, policy=policy(root), max_module_bytes=size
+    ) as sb:
+        assert await sb.call("answer") == 11
+    # A module loaded before is still refused under a smaller limit.
+    with pytest.raises(SuaveplanError) as again:
+        await create_wasm_sandbox(
+            wasm_module_path=path, policy=policy(root), max_module_bytes=size - 1
+        )
+    assert again.value.details == {"stage": "read", "limit": size - 1}
+
+
+async def test_the_default_max_module_bytes_is_128_mib(root: Path, tmp_path: Path) -> None:
+    path = tmp_path / "huge.wasm"
+    with path.open("wb") as fh:  # sparse: costs no disk
+        fh.write(wasmtime.wat2wasm(ANSWER_WAT.format(n=1)))
+        fh.truncate(128 * 1024 * 1024 + 1)
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(wasm_module_path=path, policy=policy(root))
+    assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+    assert info.value.details == {"stage": "read", "limit": 128 * 1024 * 1024}
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, None])
+async def test_max_module_bytes_must_be_a_positive_int(
+    root: Path, wat: Callable[[str], Path], bad: object
+) -> None:
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(
+            wasm_module_path=wat(ANSWER_WAT.format(n=1)),
+            policy=policy(root),
+            max_module_bytes=bad,  # type: ignore[arg-type]
+        )
+    assert info.value.code == "SAND_INVALID_ARGUMENT"
+    assert info.value.details == {"argument": "max_module_bytes"}
+
+
+async def test_the_event_loop_runs_other_tasks_while_a_new_module_compiles(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "fresh.wasm"
+    path.write_bytes(wasmtime.wat2wasm(ANSWER_WAT.format(n=12)))
+    loop_turned = threading.Event()
+    seen: list[bool] = []
+    real = _engine.load_module
+
+    def waiting(wasm: bytes, **kwargs: object) -> wasmtime.Module:
+        # Stands in for a slow rewrite and compile: does the loop run meanwhile?
+        seen.append(loop_turned.wait(5))
+        return real(wasm, **kwargs)  # type: ignore[arg-type]
+
+    async def turn() -> None:
+        loop_turned.set()
+
+    monkeypatch.setattr(_engine, "load_module", waiting)
+    task = asyncio.create_task(turn())
+    async with await create_wasm_sandbox(wasm_module_path=path, policy=policy(root)) as sb:
+        assert await sb.call("answer") == 12
+    await task
+    assert seen == [True]

@@ -5,6 +5,7 @@ computes exactly what the original does (only the host's memoryMb verdict may di
 from __future__ import annotations
 
 import tempfile
+import tracemalloc
 from pathlib import Path
 from typing import Final
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.wasm import _engine
 from suaveplan_sandbox.wasm._instrument import (
+    MAX_GROWS,
     REFUSALS_EXPORT,
     REFUSED_PAGES_EXPORT,
     Instrumented,
@@ -323,6 +325,51 @@ def test_memory_grow_patterns_inside_immediates_and_data_are_not_rewritten() -> 
     assert out.grows == 3
     assert b"\x40\x00\x40\x00hidden" in out.wasm  # the data segment is untouched
     assert _valid(out.wasm)
+
+
+def _grows_module(per_body: list[int]) -> bytes:
+    """One function per entry, each with that many `(drop (memory.grow (i32.const 0)))`."""
+    bodies = [b"\x00" + b"\x41\x00\x40\x00\x1a" * n + b"\x0b" for n in per_body]
+    funcs = (3, _leb(len(bodies)) + b"\x00" * len(bodies))
+    code = (10, _leb(len(bodies)) + b"".join(_leb(len(b)) + b for b in bodies))
+    return _module(_TYPES, funcs, _MEMORY, code)
+
+
+def test_a_module_with_more_than_max_grows_is_left_alone() -> None:
+    wasm = _grows_module([MAX_GROWS // 2, 0, MAX_GROWS // 2 + 1])
+    assert _valid(wasm)
+    out = instrument(wasm)
+    assert isinstance(out, NotInstrumented) and out.reason is Skip.UNSUPPORTED
+
+
+def test_up_to_max_grows_are_rewritten_around_bodies_without_one() -> None:
+    per_body = [0, 3, 0, 0, MAX_GROWS - 4, 1, 0]
+    out = _rewritten(_grows_module(per_body))
+    assert out.grows == MAX_GROWS
+    assert _valid(out.wasm)
+    # Every body without a grow is there byte for byte: size 2, no locals, `end`.
+    assert out.wasm.count(b"\x02\x00\x0b") >= per_body.count(0)
+
+
+@pytest.mark.parametrize(
+    "per_body",
+    [
+        pytest.param([200_000], id="1-MB-of-memory-grow"),
+        pytest.param([0] * 300_000 + [1], id="300k-bodies-without-one"),
+    ],
+)
+def test_walking_a_hostile_module_costs_host_memory_bounded_by_its_size(
+    per_body: list[int],
+) -> None:
+    wasm = _grows_module(per_body)
+    tracemalloc.start()
+    try:
+        instrument(wasm)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Remembering every grow, or every body, cost 50-70 times the module's size.
+    assert peak < 4 * len(wasm), peak
 
 
 def test_a_module_without_memory_grow_is_not_rewritten() -> None:

@@ -43,5 +43,5 @@ def test_the_header_declares_every_host_import_with_the_abi_errnos() -> None:
     assert names
     for name in names:
         assert f'SUAVEPLAN_IMPORT("{name}")' in header, name
-    for errno in ("ACCES", "BADF", "CANCELED", "FAULT", "INVAL", "IO", "NOBUFS", "NOSYS"):
+    for errno in ("ACCES", "BADF", "CANCELED", "FAULT", "INVAL", "IO", "MFILE", "NOBUFS", "NOSYS"):
         assert f"SUAVEPLAN_E{errno} = {Errno[errno].value}," in header, errno

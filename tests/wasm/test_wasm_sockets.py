@@ -14,6 +14,7 @@ from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.testing import FakeFetch
 from suaveplan_sandbox.wasm import Errno, create_wasm_sandbox
+from suaveplan_sandbox.wasm._imports import MAX_SOCKETS
 
 # Memory map: 0 host "api.stripe.com", 32 host "evil.example.com", 64 "ping", 512 fd out,
 # 516 sent out, 520 received length out, 1024 receive buffer (64 bytes).
@@ -144,5 +145,25 @@ async def test_a_recv_from_a_silent_peer_blocks_no_longer_than_the_wall_clock_bu
             assert await asyncio.wait_for(free, 2) == "free"
         finally:
             await sb.dispose()
+    finally:
+        fetch.close()
+
+
+async def test_a_guest_holds_at_most_max_sockets_and_the_adapter_is_not_asked_for_more(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    fetch = FakeFetch()
+    try:
+        async with await create_wasm_sandbox(
+            wasm_module_path=wat(SOCKET_WAT), policy=policy(root), proxies=Adapters(fetch=fetch)
+        ) as sb:
+            answers = [await sb.call("connect", 0, 14) for _ in range(MAX_SOCKETS)]
+            assert answers == [Errno.SUCCESS] * MAX_SOCKETS
+            assert await sb.call("close") == Errno.SUCCESS  # frees one place
+            assert await sb.call("connect", 0, 14) == Errno.SUCCESS
+            refused = [await sb.call("connect", 0, 14) for _ in range(10)]
+            assert refused == [Errno.MFILE] * 10
+            assert await sb.call("load", 512) == 0  # no descriptor handed out
+            assert len(fetch.connects) == MAX_SOCKETS + 1  # no socket made past the limit
     finally:
         fetch.close()

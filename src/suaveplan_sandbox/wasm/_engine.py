@@ -6,8 +6,10 @@ wall-clock budget in ticks. `load_module(path)` hashes the bytes, returns the ca
 module for that hash, else rewrites the module so refused `memory.grow`s are recorded
 (`_instrument`; the original is validated first and kept when it cannot be instrumented),
 compiles the bytes that will run, and optionally writes the serialized artefact, named by
-the sha256 of those bytes, into the host's cache dir. `check_imports` checks the import
-list (WASI version) before instantiation.
+the sha256 of those bytes, into the host's cache dir. `load_module_file` refuses a file
+larger than `max_bytes` before reading it; `has_start` says whether instantiating a module
+runs guest code (a start function). `check_imports` checks the import list (WASI version)
+before instantiation.
 `translate(exc)` is the only place wasmtime exceptions become coded errors.
 """
 
@@ -25,9 +27,17 @@ from typing import Final
 import wasmtime
 
 from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.wasm._instrument import Instrumented, NotInstrumented, Skip, instrument
+from suaveplan_sandbox.wasm._instrument import (
+    Instrumented,
+    NotInstrumented,
+    Skip,
+    declares_start,
+    instrument,
+)
 
 TICK_S: Final = 0.005
+# The largest module file `load_module_file` reads by default (`max_module_bytes`).
+DEFAULT_MAX_MODULE_BYTES: Final = 128 * 1024 * 1024
 SUPPORTED_WASI: Final = "wasi_snapshot_preview1"
 HOST_MODULE: Final = "suaveplan"
 UNSUPPORTED_WASI: Final = frozenset({"wasi_unstable", "wasi_snapshot_preview0", "wasi"})
@@ -48,6 +58,9 @@ _checked: weakref.WeakKeyDictionary[wasmtime.Module, bool] = weakref.WeakKeyDict
 _grow: weakref.WeakKeyDictionary[wasmtime.Module, Instrumented | NotInstrumented] = (
     weakref.WeakKeyDictionary()
 )
+# Compiled module -> whether it has a start function (guest code that runs while it is
+# instantiated; `has_start`).
+_starts: weakref.WeakKeyDictionary[wasmtime.Module, bool] = weakref.WeakKeyDictionary()
 
 
 class _State:
@@ -64,6 +77,13 @@ def grow_instrumentation(module: wasmtime.Module) -> Instrumented | NotInstrumen
     with _lock:
         found = _grow.get(module)
     return found if found is not None else NotInstrumented(reason=Skip.REJECTED, detail="unknown")
+
+
+def has_start(module: wasmtime.Module) -> bool:
+    """Whether instantiating `module` (from `load_module`) runs guest code; True if unknown."""
+    with _lock:
+        found = _starts.get(module)
+    return True if found is None else found
 
 
 def engine() -> wasmtime.Engine:
@@ -134,20 +154,62 @@ def check_imports(module: wasmtime.Module) -> bool:
     return imports_wasi
 
 
-def load_module_file(
-    path: str | os.PathLike[str], *, cache_dir: Path | None = None
-) -> wasmtime.Module:
-    """`load_module` of a file's bytes; an unchanged file is neither re-read nor re-hashed."""
+def _file_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _too_large(size: int, max_bytes: int) -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_WASM_INSTANTIATION_FAILED",
+        "the module file is larger than max_module_bytes",
+        {"stage": "read", "limit": max_bytes},
+    )
+
+
+def cached_module_file(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_MODULE_BYTES
+) -> wasmtime.Module | None:
+    """The compiled module of an unchanged file loaded before (within `max_bytes`), else None.
+
+    Cheap (one stat); never raises: `load_module_file` reports what is wrong.
+    """
     try:
         st = os.stat(path)  # noqa: PTH116 — on every create; building a Path costs more
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError:
+        return None
+    if st.st_size > max_bytes:
+        return None
+    with _lock:
+        digest = _digests.get(_file_key(st))
+        return _modules.get(digest) if digest is not None else None
+
+
+def load_module_file(
+    path: str | os.PathLike[str],
+    *,
+    cache_dir: Path | None = None,
+    max_bytes: int = DEFAULT_MAX_MODULE_BYTES,
+) -> wasmtime.Module:
+    """`load_module` of a file's bytes; an unchanged file is neither re-read nor re-hashed.
+
+    A file larger than `max_bytes` is refused before it is read (and if it grew past it
+    while being read): reading, rewriting and compiling cost host memory and time in
+    proportion to bytes the plugin's author chose.
+    """
+    try:
+        st = os.stat(path)  # noqa: PTH116 — on every create; building a Path costs more
+        if st.st_size > max_bytes:
+            raise _too_large(st.st_size, max_bytes)
+        key = _file_key(st)
         with _lock:
             digest = _digests.get(key)
             cached = _modules.get(digest) if digest is not None else None
         if cached is not None:
             return cached
         with open(path, "rb") as fh:  # noqa: PTH123 — see above
-            wasm = fh.read()
+            wasm = fh.read(max_bytes + 1)
+        if len(wasm) > max_bytes:
+            raise _too_large(len(wasm), max_bytes)
     except OSError as exc:
         raise SuaveplanError(
             "SAND_WASM_INSTANTIATION_FAILED", "the module file could not be read", {"stage": "read"}
@@ -166,6 +228,7 @@ def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Modul
     if cached is not None:
         return cached
     eng = engine()
+    starts = declares_start(wasm)
     outcome = instrument(wasm)
     source = wasm
     if isinstance(outcome, Instrumented):
@@ -192,6 +255,7 @@ def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Modul
     with _lock:
         module = _modules.setdefault(digest, module)
         _grow.setdefault(module, outcome)
+        _starts.setdefault(module, starts)
         return module
 
 

@@ -1,4 +1,5 @@
-"""The WASI preview 1 errno values the `suaveplan` host imports return."""
+"""The WASI preview 1 errno values the `suaveplan` host imports (and the host's own WASI
+functions, `_wasi_guard`) return."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ class Errno(enum.IntEnum):
     FAULT = 21
     INVAL = 28
     IO = 29
+    MFILE = 33
     NOBUFS = 42
+    NOMEM = 48
     NOSYS = 52
     ROFS = 69
     NOTCAPABLE = 76

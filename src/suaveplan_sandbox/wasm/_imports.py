@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 MODULE: Final = "suaveplan"
 MAX_INPUT: Final = 1 << 20
+# Sockets one sandbox may hold open at once: each is a host descriptor (and a connection).
+# Past it `sock_connect` answers MFILE without asking the gateway.
+MAX_SOCKETS: Final = 64
 # A socket send/recv blocks the guest thread at most this long, and never past the call's
 # wallClockMs deadline (then the call ends with BUDGET_EXCEEDED wallClockMs).
 _SOCK_TIMEOUT_S: Final = 30.0
@@ -124,6 +127,8 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         host = _text(m, host_ptr, host_len)
         if not m.write_u32(fd_out, 0):
             return Errno.FAULT
+        if len(sb._sockets) >= MAX_SOCKETS:
+            return Errno.MFILE
         sock = sb._dispatch("fetch", "connect", {"host": host, "port": port})
         if not isinstance(sock, socket.socket):
             return Errno.IO

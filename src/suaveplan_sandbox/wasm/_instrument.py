@@ -51,11 +51,17 @@ _MAGIC: Final = b"\0asm\x01\0\0\0"
 _ORDER: Final = (1, 2, 3, 4, 5, 13, 6, 7, 8, 9, 12, 10, 11)
 _RANK: Final = {sid: rank for rank, sid in enumerate(_ORDER)}
 _TYPE, _IMPORT, _FUNCTION, _MEMORY, _GLOBAL, _EXPORT, _CODE = 1, 2, 3, 5, 6, 7, 10
+_START: Final = 8
 # Value types of MVP, SIMD and reference types (i32 i64 f32 f64 v128 funcref externref).
 _VALTYPES: Final = frozenset({0x7F, 0x7E, 0x7D, 0x7C, 0x7B, 0x70, 0x6F})
 _REFTYPES: Final = frozenset({0x70, 0x6F})
 # Guards against absurd inputs before wasmtime's own limits would apply.
 MAX_MODULE_BYTES: Final = 256 * 1024 * 1024
+# The most `memory.grow` instructions a module may have and still be rewritten. The walk
+# keeps a span per instruction (and the rewrite two parts): without a bound a module made of
+# `memory.grow`s would cost the host ~75 times its size in memory. Real modules have a few
+# (an allocator's sbrk); one with more is left as it is (`UNSUPPORTED`, inference).
+MAX_GROWS: Final = 4096
 
 
 @final
@@ -241,8 +247,11 @@ def _memarg(r: _Reader) -> None:
     r.u32()  # offset (memory64 modules are refused before code is read)
 
 
-def _body_grows(r: _Reader) -> list[tuple[int, int]]:
-    """Walk one function body's instructions; the (start, end) of each `memory.grow 0`."""
+def _body_grows(r: _Reader, budget: int) -> list[tuple[int, int]]:
+    """Walk one function body's instructions; the (start, end) of each `memory.grow 0`.
+
+    More than `budget` of them is UNSUPPORTED (see `MAX_GROWS`).
+    """
     kinds = _KINDS
     grows: list[tuple[int, int]] = []
     buf, end = r.buf, r.end
@@ -268,6 +277,8 @@ def _body_grows(r: _Reader) -> list[tuple[int, int]]:
         elif kind == _GROW:
             if r.u32() != 0:
                 raise _unsupported("memory.grow of a memory other than memory 0")
+            if len(grows) >= budget:
+                raise _unsupported(f"more than {MAX_GROWS} memory.grow instructions")
             grows.append((start, r.pos))
         elif kind == _MEMIDX:
             r.u32()
@@ -362,6 +373,8 @@ class _Facts:
     globals: int = 0
     exports: int = 0
     bodies: int = 0
+    grows: int = 0  # memory.grow instructions seen so far
+    first_body: int = 0  # where the first body starts in the code section
 
 
 def _read_types(r: _Reader, facts: _Facts) -> None:
@@ -422,8 +435,10 @@ def _read_exports(r: _Reader, facts: _Facts) -> None:
 def _read_code(
     wasm: bytes, r: _Reader, facts: _Facts
 ) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
-    """Each body as (start of its size field, start of its locals, end, grow spans)."""
+    """Each body with a `memory.grow` as (start of its size field, start of its locals, end,
+    grow spans); the others are copied as they are, so they cost nothing to remember."""
     facts.bodies = r.count(2)
+    facts.first_body = r.pos
     bodies = []
     for _ in range(facts.bodies):
         head = r.pos
@@ -434,7 +449,10 @@ def _read_code(
         for _ in range(body.count(2)):
             body.u32()
             body.valtype()
-        bodies.append((head, start, r.pos, _body_grows(body)))
+        spans = _body_grows(body, MAX_GROWS - facts.grows)
+        if spans:
+            facts.grows += len(spans)
+            bodies.append((head, start, r.pos, spans))
     return bodies
 
 
@@ -461,6 +479,15 @@ def _hook_body(count_global: int, pages_global: int) -> bytes:
 def _export(name: str, index: int) -> bytes:
     raw = name.encode()
     return _leb_u(len(raw)) + raw + b"\x03" + _leb_u(index)
+
+
+def declares_start(wasm: bytes) -> bool:
+    """Whether the module has a start function (section 8); True when its sections cannot be
+    walked, so a caller keeping start functions off a thread fails closed."""
+    try:
+        return any(sec.sid == _START for sec in _sections(wasm))
+    except _Cannot:
+        return True
 
 
 def instrument(wasm: bytes) -> Instrumented | NotInstrumented:
@@ -504,7 +531,7 @@ def _instrument(wasm: bytes) -> Instrumented | NotInstrumented:
             raise _malformed(f"section {sec.sid} has bytes past its entries")
     if facts.bodies != facts.defined_funcs:
         raise _malformed("function and code section counts differ")
-    grows = sum(len(b[3]) for b in bodies)
+    grows = facts.grows
     if grows == 0:
         return NotInstrumented(reason=Skip.NO_MEMORY_GROW)
     if _TYPE not in by_id or facts.memories == 0:
@@ -532,10 +559,10 @@ def _instrument(wasm: bytes) -> Instrumented | NotInstrumented:
             return _leb_u(facts.exports + 2) + wasm[r.pos : sec.end] + new_exports
         if sec.sid == _CODE:
             out = [_leb_u(facts.bodies + 1)]
+            copied = facts.first_body  # bodies without a grow are copied in runs
             for head, start, end, spans in bodies:
-                if not spans:
-                    out.append(wasm[head:end])
-                    continue
+                out.append(wasm[copied:head])
+                copied = end
                 parts: list[bytes] = []
                 cursor = start
                 for g_start, g_end in spans:
@@ -544,6 +571,7 @@ def _instrument(wasm: bytes) -> Instrumented | NotInstrumented:
                 parts.append(wasm[cursor:end])
                 body = b"".join(parts)
                 out += (_leb_u(len(body)), body)
+            out.append(wasm[copied : sec.end])
             out.append(_hook_body(count_global, count_global + 1))
             return b"".join(out)
         return payload

@@ -30,6 +30,14 @@ and metrics as `dispatch`, there is no second permission path — and only an as
 is awaited on the event loop (`run_coroutine_threadsafe`). `dispose()` closes the
 gateway (in-flight adapter calls are cancelled and later imports get `CANCELED`), drops the
 store, instance and sockets, and closes the preopen descriptors by dropping the store.
+
+A module's start function is guest code like any export: it runs on the guest thread under
+the call's budgets (create awaits it there; a run arms its budgets before instantiating), so
+it can neither hold the event loop nor outlive wallClockMs. A new module is read and
+compiled off the loop too (`max_module_bytes` bounds the file). `run` keeps at most
+`max_output_bytes` of stdout and of stderr (`_output`), and the WASI calls that could hold
+host resources past a budget — sleeping in `poll_oneoff`, descriptors from `path_open` —
+are the host's own (`_wasi_guard`).
 """
 
 from __future__ import annotations
@@ -67,6 +75,8 @@ from suaveplan_sandbox.wasm import _engine
 from suaveplan_sandbox.wasm._cpu import CallWatch, CpuWatcher
 from suaveplan_sandbox.wasm._errno import Errno
 from suaveplan_sandbox.wasm._instrument import REFUSALS_EXPORT, REFUSED_PAGES_EXPORT, Instrumented
+from suaveplan_sandbox.wasm._output import DEFAULT_MAX_OUTPUT_BYTES, OutputCapture
+from suaveplan_sandbox.wasm._wasi_guard import StoreGuard
 
 _NO_DEADLINE: Final = 1 << 62
 _PAGE: Final = 65536
@@ -84,6 +94,17 @@ MAX_DENIALS: Final = 256
 # Integer arguments: either the signed or the unsigned reading of the type's bits is accepted
 # (the guest sees the same bits); anything wider is refused, never wrapped.
 _INT_RANGES: Final = {"i32": (-(2**31), 2**32 - 1), "i64": (-(2**63), 2**64 - 1)}
+
+
+def byte_limit(value: object, *, argument: str, minimum: int) -> int:
+    """`value` as a size limit: an `int` (not `bool`) >= `minimum`, else SAND_INVALID_ARGUMENT."""
+    if type(value) is not int or value < minimum:
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            f"{argument} must be an int >= {minimum}",
+            {"argument": argument},
+        )
+    return value
 
 
 def _invalid_argument(export: str, message: str, **details: WireValue) -> SuaveplanError:
@@ -267,9 +288,18 @@ class PreopenSpec:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunResult:
+    """A WASI command's exit code and output.
+
+    `stdout` and `stderr` each hold at most the sandbox's `max_output_bytes`; a stream the
+    guest wrote more to is cut there and marked `stdout_truncated` / `stderr_truncated`
+    (its writes past the limit failed with `EIO`; see `_output`).
+    """
+
     exit_code: int
     stdout: bytes
     stderr: bytes
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
 
 
 def memory_limits(memory_mb: int) -> dict[str, int]:
@@ -361,6 +391,7 @@ def _current_sandbox() -> WasmSandbox:
 
 
 def _shared_linker(eng: wasmtime.Engine) -> wasmtime.Linker:
+    from suaveplan_sandbox.wasm import _wasi_guard
     from suaveplan_sandbox.wasm._imports import define
 
     with _linker_lock:
@@ -368,6 +399,7 @@ def _shared_linker(eng: wasmtime.Engine) -> wasmtime.Linker:
         if linker is None:
             linker = wasmtime.Linker(eng)
             linker.define_wasi()
+            _wasi_guard.define(linker, _current_sandbox)  # poll_oneoff, path_open, ...
             define(linker, _current_sandbox)
             _linkers[id(eng)] = linker
         return linker
@@ -409,7 +441,11 @@ class WasmSandbox:
         loop: asyncio.AbstractEventLoop,
         denials: deque[SuaveplanError],
         denial_total: Callable[[], int] | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        start_later: bool = False,
     ) -> None:
+        """`start_later`: instantiate in `_start_off_loop` (a module with a start function)."""
+        self._max_output = byte_limit(max_output_bytes, argument="max_output_bytes", minimum=0)
         self._module = module
         self._pre = _instance_pre(module)
         grow = _engine.grow_instrumentation(module)
@@ -454,7 +490,16 @@ class WasmSandbox:
         self._guest_memory: wasmtime.Memory | None = None
         # cpuPercent: thread CPU time sampled by an epoch callback on the guest thread.
         self._cpu = CpuWatcher() if policy.budgets.cpu_percent is not None else None
-        self._store, self._instance = self._instantiate(argv=(), stdin=None, out=None, err=None)
+        # Set once the guest is ended or disposed: wakes a guest sleeping in `poll_oneoff`.
+        self._wake = threading.Event()
+        # The WASI bookkeeping of the long-lived store, and of the store whose guest code
+        # runs now (`_wasi_guard`; set while it runs).
+        self._guard: StoreGuard | None = None
+        self._running_guard: StoreGuard | None = None
+        if not start_later:
+            self._store, self._instance, _, self._guard = self._instantiate(
+                argv=(), stdin=None, out=None, err=None, began=None
+            )
 
     # -- public ----------------------------------------------------------------------------
 
@@ -562,6 +607,8 @@ class WasmSandbox:
         self._instance = None
         self._exports = None
         self._refusals = None
+        self._guard = None
+        self._wake.set()
         sockets, self._sockets = self._sockets, {}
         for sock in sockets.values():
             sock.close()
@@ -601,9 +648,17 @@ class WasmSandbox:
         *,
         argv: Sequence[str],
         stdin: str | None,
-        out: Callable[[bytes], None] | None,
-        err: Callable[[bytes], None] | None,
-    ) -> tuple[wasmtime.Store, wasmtime.Instance]:
+        out: Callable[[bytes], int | None] | None,
+        err: Callable[[bytes], int | None] | None,
+        began: _CallStart | None,
+    ) -> tuple[wasmtime.Store, wasmtime.Instance, CallWatch | None, StoreGuard]:
+        """A new store and instance; raises the translated error.
+
+        With `began` (a call's start, on the guest thread) the call's budgets are armed
+        before the module's start function runs: it is guest code like any other, and the
+        caller's `_disarm` ends them. Without it (create of a module without a start
+        function, on the event loop) no guest code runs here.
+        """
         store = wasmtime.Store(_engine.engine())
         if self._imports_wasi:
             # Nothing is inherited: argv/env/stdio are only what the host passes (a fresh
@@ -621,21 +676,63 @@ class WasmSandbox:
             for p in self._preopens:
                 wasi.preopen_dir(str(p.host), p.guest, p.writable)
             store.set_wasi(wasi)
+        # Just after the WASI context (and its monotonic clock) was made: see StoreGuard.
+        guard = StoreGuard(time.monotonic_ns())
         limit = self._policy.budgets.memory_mb
         if limit is not None:
             store.set_limits(**memory_limits(limit))
         store.set_epoch_deadline(_NO_DEADLINE)
         if self._cpu is not None:
             self._cpu.install(store)
+        watch = None
+        if began is not None:
+            watch = self._arm_deadline(store)
+            self._running_guard = guard
+            began.deadline, began.started = self._call_deadline, True
         previous = getattr(_current, "sb", None)
         _current.sb = self
         try:
             instance = self._pre.instantiate(store)
+        except SuaveplanError as exc:
+            # Only BUDGET_EXCEEDED leaves a host import (wallClockMs while it waited).
+            raise self._import_failure(exc) from None
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-            raise _engine.translate(exc, during="instantiate") from exc
+            raise self._guest_failure(
+                exc, store, {}, None, 0, watch=watch, during="instantiate"
+            ) from exc
         finally:
             _current.sb = previous
-        return store, instance
+        return store, instance, watch, guard
+
+    async def _start_off_loop(self) -> None:
+        """Instantiate a module with a start function on the guest thread, under the budgets.
+
+        Its start function is guest code: on the event loop it would hold the loop for as
+        long as it runs (forever, for a loop without `wallClockMs`). Here it runs like a
+        call: interrupted at wallClockMs, judged by cpuPercent, abandoned when held in host
+        code past the deadline (`_await_guest`), and an async adapter can be awaited.
+        """
+        start = _CallStart()
+        work = self._worker().submit(_OneShot(self._start_sync), start)
+        owner, wall = weakref.ref(self), self._policy.budgets.wall_clock_ms
+        await _await_guest(work, start, owner, wall_ms=wall)
+
+    def _start_sync(self, began: _CallStart) -> None:
+        with self._lock:
+            self._check_alive()
+            try:
+                store, instance, _, guard = self._instantiate(
+                    argv=(), stdin=None, out=None, err=None, began=began
+                )
+            except SuaveplanError as exc:
+                if exc.code == "BUDGET_EXCEEDED":
+                    self._end(exc)
+                raise
+            finally:
+                self._disarm()
+            # Abandoned or disposed while the start function ran: nothing may keep its store.
+            self._check_alive()
+            self._store, self._instance, self._guard = store, instance, guard
 
     def _arm_deadline(self, store: wasmtime.Store) -> CallWatch | None:
         wall = self._policy.budgets.wall_clock_ms
@@ -664,6 +761,7 @@ class WasmSandbox:
 
     def _disarm(self) -> None:
         self._call_deadline = None
+        self._running_guard = None
         if self._cpu is not None:
             self._cpu.watch = None
 
@@ -699,6 +797,7 @@ class WasmSandbox:
                     refusals = self._refusals = found
                 mark = refusals.value(store)
             watch = self._arm_deadline(store)
+            self._running_guard = self._guard
             began.deadline, began.started = self._call_deadline, True
             _current.sb = self
             self._guest_memory = mem
@@ -721,17 +820,27 @@ class WasmSandbox:
                 del store, instance, exports, func
 
     def _run_sync(self, argv: tuple[str, ...], stdin: bytes, began: _CallStart) -> RunResult:
-        out, err = bytearray(), bytearray()
+        # Bounded captures: a guest writing without end costs the host `max_output_bytes`
+        # per stream, and its writes past that fail (`_output`).
+        out, err = OutputCapture(self._max_output), OutputCapture(self._max_output)
         with self._lock, tempfile.NamedTemporaryFile(prefix="suaveplan-stdin-") as fh:
             self._check_alive()
             fh.write(stdin)
             fh.flush()
-            store, instance = self._instantiate(
-                argv=argv, stdin=fh.name, out=out.extend, err=err.extend
-            )
+            # One wallClockMs for the run: the module's start function, then `_start`.
+            try:
+                store, instance, watch, _ = self._instantiate(
+                    argv=argv, stdin=fh.name, out=out, err=err, began=began
+                )
+            except SuaveplanError as exc:
+                self._disarm()
+                if exc.code == "BUDGET_EXCEEDED":
+                    self._end(exc)
+                raise
             exports = instance.exports(store)
             start = exports.get("_start")
             if not isinstance(start, wasmtime.Func):
+                self._disarm()
                 raise SuaveplanError(
                     "SAND_WASM_NO_SUCH_EXPORT", "no such exported function", {"export": "_start"}
                 )
@@ -740,8 +849,6 @@ class WasmSandbox:
             # A fresh instance: its refusal counter starts at 0.
             recorded = self._grow_recorded
             mark = mem.data_len(store) if mem is not None and not recorded else 0
-            watch = self._arm_deadline(store)
-            began.deadline, began.started = self._call_deadline, True
             code = 0
             _current.sb = self
             self._guest_memory = mem
@@ -766,7 +873,14 @@ class WasmSandbox:
                 self._guest_memory = None
                 self._disarm()
                 del store, instance, exports, memory, mem
-            return RunResult(exit_code=code, stdout=bytes(out), stderr=bytes(err))
+            stdout, stderr = out.take(), err.take()
+            return RunResult(
+                exit_code=code,
+                stdout=stdout,
+                stderr=stderr,
+                stdout_truncated=out.truncated,
+                stderr_truncated=err.truncated,
+            )
 
     def _import_failure(self, exc: SuaveplanError) -> SuaveplanError:
         # wasmtime-py hands a host function's exception back through one process-wide slot
@@ -785,6 +899,7 @@ class WasmSandbox:
         mark: int,
         *,
         watch: CallWatch | None = None,
+        during: str = "call",
     ) -> SuaveplanError:
         if self._import_breach is not None:
             return self._import_breach  # counted when it was raised
@@ -798,7 +913,7 @@ class WasmSandbox:
             return self._budget("wallClockMs", self._policy.budgets.wall_clock_ms)
         if self._refused_by_memory_mb(store, exports, mem, mark):
             return self._budget("memoryMb", self._policy.budgets.memory_mb)
-        return _engine.translate(exc, during="call")
+        return _engine.translate(exc, during=during)
 
     def _refused_by_memory_mb(
         self,
@@ -946,8 +1061,9 @@ class WasmSandbox:
         except RuntimeError:
             running = None
         if running is self._loop:
-            # A start function runs during create, on the loop's own thread: blocking on the
-            # loop here would deadlock it. Fail closed; sync adapters still work there.
+            # Guest code never runs on the loop's thread (a start function runs on the guest
+            # thread: `_start_off_loop`); were it to, blocking on the loop here would
+            # deadlock it. Fail closed.
             coro.close()
             raise SuaveplanError(
                 "SAND_ADAPTER_FAILED",
@@ -982,13 +1098,30 @@ async def create_wasm_sandbox(
     clock: Clock | None = None,
     audit: AuditSink | None = None,
     cache_dir: str | Path | None = None,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    max_module_bytes: int = _engine.DEFAULT_MAX_MODULE_BYTES,
 ) -> WasmSandbox:
-    """Compile (cached) and instantiate the module under `policy`. See docs/wasm-abi.md."""
+    """Compile (cached) and instantiate the module under `policy`. See docs/wasm-abi.md.
+
+    `max_output_bytes` bounds what `run` keeps of the guest's stdout, and separately of its
+    stderr (`RunResult.stdout_truncated` / `stderr_truncated`); an `int` >= 0.
+    `max_module_bytes`: a larger module file is refused before it is read
+    (`SAND_WASM_INSTANTIATION_FAILED`, `details.stage="read"`); an `int` >= 1.
+    """
+    byte_limit(max_output_bytes, argument="max_output_bytes", minimum=0)
+    byte_limit(max_module_bytes, argument="max_module_bytes", minimum=1)
     sink: MetricsSink = metrics if metrics is not None else InMemoryMetrics()
     checker = PermissionChecker(policy, plugin=plugin_name, metrics=sink)
-    module = _engine.load_module_file(
-        wasm_module_path, cache_dir=Path(cache_dir) if cache_dir is not None else None
-    )
+    module = _engine.cached_module_file(wasm_module_path, max_bytes=max_module_bytes)
+    if module is None:
+        # A first load reads, rewrites (pure Python, ~0.4 s per MB) and compiles bytes the
+        # plugin's author chose: never on the event loop.
+        module = await asyncio.to_thread(
+            _engine.load_module_file,
+            wasm_module_path,
+            cache_dir=Path(cache_dir) if cache_dir is not None else None,
+            max_bytes=max_module_bytes,
+        )
     imports_wasi = _engine.check_imports(module)
     preopens = resolve_preopens(policy, checker)
     denials: deque[SuaveplanError] = deque(maxlen=MAX_DENIALS)
@@ -1029,7 +1162,10 @@ async def create_wasm_sandbox(
         clock=clock,
         on_denial=on_denial,
     )
-    return WasmSandbox(
+    # A start function is guest code: it runs on the guest thread under the budgets, never
+    # on the event loop (`WasmSandbox._start_off_loop`).
+    start_later = _engine.has_start(module)
+    sb = WasmSandbox(
         module=module,
         imports_wasi=imports_wasi,
         policy=policy,
@@ -1039,4 +1175,15 @@ async def create_wasm_sandbox(
         loop=asyncio.get_running_loop(),
         denials=denials,
         denial_total=lambda: total[0],
+        max_output_bytes=max_output_bytes,
+        start_later=start_later,
     )
+    if start_later:
+        try:
+            await sb._start_off_loop()
+        except BaseException as exc:
+            sb.dispose_nowait()
+            del sb
+            _drop_frames(exc)  # see `call`: the error must not keep the store alive
+            raise
+    return sb

@@ -22,11 +22,13 @@ enum {
     SUAVEPLAN_EFAULT = 21,
     SUAVEPLAN_EINVAL = 28,
     SUAVEPLAN_EIO = 29,
+    SUAVEPLAN_EMFILE = 33,
     SUAVEPLAN_ENOBUFS = 42,
     SUAVEPLAN_ENOSYS = 52,
 };
 
-/* Outbound TCP to host:port (checked against permissions.fetch). *fd_out = handle. */
+/* Outbound TCP to host:port (checked against permissions.fetch). *fd_out = handle.
+   EMFILE when the sandbox already holds its most open sockets (close one first). */
 SUAVEPLAN_IMPORT("sock_connect")
 int32_t suaveplan_sock_connect(const char *host, uint32_t host_len, uint32_t port,
                                uint32_t *fd_out);
