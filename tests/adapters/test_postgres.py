@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -256,3 +258,182 @@ async def test_provisioning_changes_nothing_for_unrelated_users_of_the_database(
         await conn.execute("CREATE TABLE public.bystander_t (x int)")
         await conn.execute("INSERT INTO public.bystander_t VALUES (1)")
         await conn.execute("DROP TABLE public.bystander_t")
+
+
+# -- the host's time and memory ---------------------------------------------------------------
+
+_RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+_STOPPED_WITHIN = 30.0
+
+
+def _counted(n: int) -> str:
+    return f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {n})"
+
+
+async def _plugin_with_table(admin: str, tmp_path: Path, plugin: str) -> str:
+    """A provisioned plugin (prefix `l_`) with `l_t (x int)` holding three rows."""
+    conninfo = await provision_postgres_plugin(admin, plugin, "l_")
+    await apply_postgres_migrations(
+        admin,
+        _write(tmp_path / plugin, {"001.sql": "CREATE TABLE l_t (x int);"}),
+        plugin=plugin,
+        prefix="l_",
+    )
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        await conn.execute("INSERT INTO l_t VALUES (1), (2), (3)")
+    return conninfo
+
+
+async def _active_statements(admin: str, plugin: str) -> int:
+    rows = await _fetch(
+        admin,
+        "SELECT count(*) FROM pg_stat_activity "
+        f"WHERE usename = 'suaveplan_{plugin}' AND state = 'active'",
+    )
+    return int(str(rows[0][0]))
+
+
+async def _until_active(admin: str, plugin: str, count: int) -> None:
+    async with asyncio.timeout(_STOPPED_WITHIN):
+        while await _active_statements(admin, plugin) != count:
+            await asyncio.sleep(0.05)
+
+
+async def _db_error(db: PostgresDb, sql: str, params: list[Any] | None = None) -> SuaveplanError:
+    with pytest.raises(SuaveplanError) as info:
+        await asyncio.wait_for(db.query(sql, params or []), _STOPPED_WITHIN)
+    assert info.value.code == "SAND_DB_ERROR"
+    return info.value
+
+
+async def test_a_postgres_statement_past_its_time_limit_is_stopped_on_the_server(
+    postgres_admin: str, tmp_path: Path
+) -> None:
+    conninfo = await _plugin_with_table(postgres_admin, tmp_path, "lim_timeout")
+    db = PostgresDb(conninfo, plugin="lim_timeout", prefix="l_", statement_timeout=0.5)
+    try:
+        error = await _db_error(db, _RUNAWAY)
+        assert error.details == {"reason": "statement-timeout", "limit_ms": 500}
+        assert (await db.query("SELECT count(*) FROM l_t", [])).rows == ((3,),)
+    finally:
+        await db.aclose()
+    assert await _active_statements(postgres_admin, "lim_timeout") == 0
+
+
+async def test_cancelling_a_postgres_call_cancels_its_statement_on_the_server(
+    postgres_admin: str, tmp_path: Path
+) -> None:
+    conninfo = await _plugin_with_table(postgres_admin, tmp_path, "lim_cancel")
+    db = PostgresDb(conninfo, plugin="lim_cancel", prefix="l_")
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(db.query(_RUNAWAY, []), 0.3)
+        await _until_active(postgres_admin, "lim_cancel", 0)
+        assert (await db.query("SELECT count(*) FROM l_t", [])).rows == ((3,),)
+    finally:
+        await db.aclose()
+
+
+async def test_aclose_stops_a_running_statement_on_the_server(
+    postgres_admin: str, tmp_path: Path
+) -> None:
+    # Closing the connection alone left the server counting forever: a backend notices a
+    # gone client only when it writes to it.
+    conninfo = await _plugin_with_table(postgres_admin, tmp_path, "lim_close")
+    db = PostgresDb(conninfo, plugin="lim_close", prefix="l_")
+    task = asyncio.create_task(db.query(_RUNAWAY, []))
+    await _until_active(postgres_admin, "lim_close", 1)
+    await asyncio.wait_for(db.aclose(), _STOPPED_WITHIN)
+    await _until_active(postgres_admin, "lim_close", 0)
+    with pytest.raises(SuaveplanError) as info:
+        await asyncio.wait_for(task, _STOPPED_WITHIN)
+    assert (info.value.code, info.value.details.get("reason")) == ("SAND_DB_ERROR", "closed")
+    error = await _db_error(db, "SELECT 1")
+    assert error.details == {"reason": "closed"}
+    await db.aclose()  # idempotent
+
+
+async def test_a_postgres_result_over_the_limits_is_refused_and_writes_nothing(
+    postgres_admin: str, tmp_path: Path
+) -> None:
+    conninfo = await _plugin_with_table(postgres_admin, tmp_path, "lim_rows")
+    db = PostgresDb(conninfo, plugin="lim_rows", prefix="l_", max_result_rows=10)
+    try:
+        assert len((await db.query(f"{_counted(10)} SELECT x FROM c", [])).rows) == 10
+        error = await _db_error(db, f"{_counted(11)} SELECT x FROM c")
+        assert error.details["reason"] == "result-too-large"
+        for sql in (
+            # The last row tips it over: the statement may be over (and committed, outside a
+            # transaction) by the time it is read.
+            f"{_counted(11)} INSERT INTO l_t (x) SELECT x FROM c RETURNING x",
+            f"{_counted(1000)} INSERT INTO l_t (x) SELECT x FROM c RETURNING x",
+            # A data-modifying CTE writes without RETURNING on the statement itself.
+            "WITH RECURSIVE d AS (DELETE FROM l_t), "
+            "c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 11) SELECT x FROM c",
+        ):
+            error = await _db_error(db, sql)
+            assert error.details["reason"] == "result-too-large", sql
+            assert (await db.query("SELECT count(*) FROM l_t", [])).rows == ((3,),), sql
+        inserted = await db.query(
+            f"{_counted(7)} INSERT INTO l_t (x) SELECT x FROM c RETURNING x", []
+        )
+        assert (inserted.columns, inserted.rowcount) == (("x",), 7)
+        assert (await db.query("SELECT count(*) FROM l_t", [])).rows == ((10,),)
+    finally:
+        await db.aclose()
+
+
+async def test_a_postgres_result_over_the_byte_limit_is_refused(
+    postgres_admin: str, tmp_path: Path
+) -> None:
+    conninfo = await _plugin_with_table(postgres_admin, tmp_path, "lim_bytes")
+    db = PostgresDb(conninfo, plugin="lim_bytes", prefix="l_", max_result_bytes=1000)
+    try:
+        assert (await db.query("SELECT %s::text", ["x" * 900])).rows == (("x" * 900,),)
+        error = await _db_error(db, "SELECT %s::text", ["x" * 1200])
+        assert error.details["reason"] == "result-too-large"
+    finally:
+        await db.aclose()
+
+
+async def test_the_postgres_result_limits_have_defaults(
+    postgres_admin: str, tmp_path: Path
+) -> None:
+    # A result the size of the host's memory is never read whole.
+    conninfo = await _plugin_with_table(postgres_admin, tmp_path, "lim_default")
+    db = PostgresDb(conninfo, plugin="lim_default", prefix="l_")
+    try:
+        error = await _db_error(db, f"{_counted(100_000_000)} SELECT x FROM c")
+        assert error.details["reason"] == "result-too-large"
+        assert await _active_statements(postgres_admin, "lim_default") == 0
+    finally:
+        await db.aclose()
+
+
+async def test_postgres_results_keep_their_shape(postgres_admin: str, tmp_path: Path) -> None:
+    conninfo = await _plugin_with_table(postgres_admin, tmp_path, "lim_shape")
+    db = PostgresDb(conninfo, plugin="lim_shape", prefix="l_")
+    try:
+        empty = await db.query("SELECT x AS named, x + 1 AS other FROM l_t WHERE false;", [])
+        assert (empty.columns, empty.rows, empty.rowcount) == (("named", "other"), (), 0)
+        update = await db.query("UPDATE l_t SET x = x + 1 WHERE x > %s", [1])
+        assert (update.columns, update.rows, update.rowcount) == ((), (), 2)
+        rows = await db.query("SELECT x FROM l_t ORDER BY x", [])
+        assert (rows.columns, rows.rows, rows.rowcount) == (("x",), ((1,), (3,), (4,)), 3)
+    finally:
+        await db.aclose()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"statement_timeout": 0},
+        {"statement_timeout": float("nan")},
+        {"max_result_rows": 0},
+        {"max_result_bytes": True},
+    ],
+)
+def test_postgres_limits_must_be_positive(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(SuaveplanError) as info:
+        PostgresDb("host=/nowhere", plugin="x", prefix="x_", **kwargs)
+    assert info.value.code == "SAND_INVALID_ARGUMENT"

@@ -6,11 +6,12 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from fuzz._sqlite_oracle import null_bindings, violations
+from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
 from suaveplan_sandbox.permissions._sql_gate import (
     POSTGRES_SAFE_FUNCTIONS,
@@ -302,3 +303,81 @@ def test_cte_names_lists_every_scope_folded_as_sqlite_compares() -> None:
     sql = 'WITH A AS (SELECT 1), "Bq" AS (SELECT * FROM a) SELECT (WITH c AS (SELECT 1) SELECT 1)'
     assert GATE.cte_names(sql) == frozenset({"a", "bq", "c"})
     assert GATE.cte_names("SELECT 1; SELECT 2") == frozenset()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_sql_longer_than_the_limit_is_refused_before_it_is_parsed(
+    dialect: Literal["sqlite", "postgres"], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Parsing costs ~10 µs and hundreds of bytes a token on the host's event loop: one frame
+    # of `SELECT 1,1,…` held it for minutes. The limit is in characters, before tokenizing.
+    gate = SqlGate("billing_", dialect=dialect, max_sql_length=64)
+    fits = "SELECT a FROM billing_x WHERE a IN (1, 2, 3)".ljust(64)
+    assert isinstance(gate.check_query(fits), Allow)
+    assert _outcome(gate.check_query(fits + " ")) == "statement-not-permitted"
+
+    def no_parsing(*_: object, **__: object) -> object:
+        raise AssertionError("the gate tokenized SQL over its length limit")
+
+    monkeypatch.setattr(gate._dialect_obj, "tokenize", no_parsing)
+    assert _outcome(gate.check_query("SELECT 1," + " 1," * 5000 + " 1")) == (
+        "statement-not-permitted"
+    )
+    assert _outcome(SqlGate("billing_", dialect=dialect).check_query("SELECT 1" + ",1" * 9000)) == (
+        "statement-not-permitted"
+    )
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5])
+def test_the_sql_length_limit_is_a_positive_int(value: Any) -> None:
+    assert isinstance(SqlGate("billing_", max_sql_length=8).check_query("SELECT 1"), Allow)
+    with pytest.raises((TypeError, ValueError)):
+        SqlGate("billing_", max_sql_length=value)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_a_migration_too_deep_to_render_is_refused_not_raised(
+    dialect: Literal["sqlite", "postgres"],
+) -> None:
+    # Deep enough that sqlglot's parse and the walk get through and its rendering recurses
+    # past Python's limit: a RecursionError escaped the adapters' migrations uncoded.
+    depth = 100
+    sql = (
+        "INSERT INTO billing_x SELECT * FROM "
+        + "(SELECT * FROM " * depth
+        + "billing_x"
+        + ")" * depth
+    )
+    gate = SqlGate("billing_", dialect=dialect)
+    assert [_outcome(d) for d in gate.check_migration(sql)] == ["statement-not-permitted"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "shape"),
+    [
+        ("SELECT 1", (True, False)),
+        ("SELECT 1 UNION SELECT 2", (True, False)),
+        ("INSERT INTO billing_x (a) VALUES (1)", (False, True)),
+        ("UPDATE billing_x SET a = 1 WHERE a IN (SELECT 1)", (False, True)),
+        ("DELETE FROM billing_x RETURNING a", (True, True)),
+        ("WITH q AS (SELECT 1) INSERT INTO billing_x (a) SELECT * FROM q", (False, True)),
+        ("WITH d AS (DELETE FROM billing_x RETURNING a) SELECT * FROM d", (True, True)),
+        ("WITH d AS (DELETE FROM billing_x) SELECT 1", (True, True)),
+        ("not sql at all", (True, True)),
+    ],
+)
+def test_query_shape_says_whether_a_statement_returns_rows_and_may_write(
+    sql: str, shape: tuple[bool, bool]
+) -> None:
+    assert SqlGate("billing_", dialect="postgres").query_shape(sql) == shape
+
+
+def test_a_policy_passes_its_sql_length_limit_to_its_gate() -> None:
+    manifest = {"name": "billing", "version": "1.0.0", "database": {"tablePrefix": "billing_"}}
+    long_sql = "SELECT a FROM billing_x WHERE a IN (" + ", ".join(["1"] * 6000) + ")"
+    default = PermissionPolicy.from_manifest(manifest, root=".")
+    assert _outcome(default.sql.check_query(long_sql)) == "statement-not-permitted"
+    wider = PermissionPolicy.from_manifest(manifest, root=".", max_sql_length=64 * 1024)
+    assert isinstance(wider.sql.check_query(long_sql), Allow)
+    narrow = PermissionPolicy.from_manifest(manifest, root=".", max_sql_length=16)
+    assert _outcome(narrow.sql.check_query("SELECT a FROM billing_x")) == "statement-not-permitted"

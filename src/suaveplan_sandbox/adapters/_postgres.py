@@ -24,10 +24,14 @@ on a raw connection, and cannot run DDL at all.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import math
 import os
 import re
 import secrets
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, final
@@ -41,6 +45,12 @@ _NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,40}")
 _PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,30}")
 _DML_PRIVILEGES: Final = "SELECT, INSERT, UPDATE, DELETE"
 _ROLE_ATTRIBUTES: Final = "{} NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+
+DEFAULT_STATEMENT_TIMEOUT: Final = 10.0
+DEFAULT_MAX_RESULT_ROWS: Final = 100_000
+DEFAULT_MAX_RESULT_BYTES: Final = 16 * 1024 * 1024
+_CANCEL_TIMEOUT: Final = 5.0
+_SHAPE_CACHE: Final = 256
 
 
 def _names(plugin: str, prefix: str) -> tuple[str, str]:
@@ -257,37 +267,191 @@ async def _run_one(
 
 @final
 class PostgresDb:
-    """Queries for one plugin over its own runtime role's connection."""
+    """Queries for one plugin over its own runtime role's connection.
 
-    def __init__(self, conninfo: str, *, plugin: str, prefix: str) -> None:
+    The host's time and memory: the connection runs with `statement_timeout` (PostgreSQL
+    ends a statement past it); cancelling the awaiting coroutine cancels the statement on
+    the server (psycopg), and `aclose()` does the same before closing, so no statement is
+    left running for a connection nobody reads. A statement that returns rows is read as
+    a stream and refused past `max_result_rows` rows or about `max_result_bytes` bytes
+    (counted as `SqliteDb` counts them), and one that may also write (RETURNING, a
+    data-modifying CTE) runs in a transaction that only commits once its rows are accepted.
+    Refusals are `SAND_DB_ERROR` with `details.reason` (`statement-timeout`,
+    `result-too-large`, `closed`). A single row is still read whole before it is counted
+    (PostgreSQL builds rows of up to 1 GB).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        plugin: str,
+        prefix: str,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        max_result_rows: int = DEFAULT_MAX_RESULT_ROWS,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
+        for value, name in (
+            (statement_timeout, "statement_timeout"),
+            (max_result_rows, "max_result_rows"),
+            (max_result_bytes, "max_result_bytes"),
+        ):
+            if isinstance(value, bool) or not (
+                isinstance(value, int | float) and 0 < value < math.inf
+            ):
+                raise SuaveplanError("SAND_INVALID_ARGUMENT", f"PostgresDb needs a positive {name}")
         self._conninfo = conninfo
         self.plugin = plugin
         self._gate = SqlGate(prefix, dialect="postgres")
+        self._timeout_ms = max(1, round(statement_timeout * 1000))
+        self._max_rows = int(max_result_rows)
+        self._max_bytes = int(max_result_bytes)
         self._conn: Any = None
+        self._connecting: asyncio.Lock | None = None
+        self._closed = False
+        self._shapes: OrderedDict[str, tuple[bool, bool]] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"PostgresDb(plugin={self.plugin!r})"
 
     async def aclose(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        """Cancel a running statement on the server, then close. Idempotent."""
+        import psycopg
+
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
+                # Closing alone leaves the server running the statement until it next
+                # writes to the socket, which a runaway aggregate never does.
+                if hasattr(conn, "cancel_safe"):  # psycopg 3.2 and later
+                    await conn.cancel_safe(timeout=_CANCEL_TIMEOUT)
+                else:
+                    await asyncio.to_thread(conn.cancel)
+        except psycopg.Error:
+            pass  # the server may be gone; closing is all that is left
+        finally:
+            await conn.close()
+
+    async def _connection(self) -> Any:
+        import psycopg
+        from psycopg import sql
+
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._closed:
+                raise SuaveplanError(
+                    "SAND_DB_ERROR", "the database is closed", {"reason": "closed"}
+                )
+            if self._conn is None:
+                conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+                try:
+                    await conn.execute(
+                        sql.SQL("SET statement_timeout = {}").format(sql.Literal(self._timeout_ms))
+                    )
+                except BaseException:
+                    await conn.close()
+                    raise
+                if self._closed:  # closed while it connected
+                    await conn.close()
+                    raise SuaveplanError(
+                        "SAND_DB_ERROR", "the database is closed", {"reason": "closed"}
+                    )
+                self._conn = conn
+            return self._conn
+
+    def _shape(self, sql: str) -> tuple[bool, bool]:
+        shapes = self._shapes
+        shape = shapes.get(sql)
+        if shape is None:
+            shape = shapes[sql] = self._gate.query_shape(sql)
+            if len(shapes) > _SHAPE_CACHE:
+                shapes.popitem(last=False)
+        else:
+            shapes.move_to_end(sql)
+        return shape
+
+    async def _read(self, cur: Any, sql: str, params: list[WireValue]) -> list[tuple[Any, ...]]:
+        """The statement's rows, streamed, refused past the row or byte limit (leaving the
+        stream cancels the statement on the server)."""
+        rows: list[tuple[Any, ...]] = []
+        size = 0
+        # Row by row (libpq's single-row mode): a chunk of rows would be buffered whole
+        # before any of it is counted, and PostgreSQL sends rows of up to 1 GB.
+        async with contextlib.aclosing(cur.stream(sql, params)) as stream:
+            async for row in stream:
+                size += 8 + sum([len(v) if type(v) in (str, bytes) else 8 for v in row])
+                rows.append(tuple(row))
+                if size > self._max_bytes or len(rows) > self._max_rows:
+                    raise SuaveplanError(
+                        "SAND_DB_ERROR",
+                        "the result is larger than the adapter returns; nothing was written",
+                        {
+                            "reason": "result-too-large",
+                            "max_rows": self._max_rows,
+                            "max_bytes": self._max_bytes,
+                        },
+                    )
+        return rows
+
+    async def _run(self, conn: Any, sql: str, params: list[WireValue]) -> QueryResult:
+        returns_rows, writes = self._shape(sql)
+        cur = conn.cursor()
+        if not returns_rows:
+            await cur.execute(sql, params)
+            return QueryResult(rowcount=cur.rowcount)
+        if writes:
+            async with conn.transaction():
+                rows = await self._read(cur, sql, params)
+        else:
+            rows = await self._read(cur, sql, params)
+        columns = tuple(d.name for d in cur.description or ())
+        if not rows and not columns and not writes:
+            columns = await self._columns(conn, sql, params)
+        return QueryResult(columns=columns, rows=tuple(rows), rowcount=len(rows))
+
+    async def _columns(self, conn: Any, sql: str, params: list[WireValue]) -> tuple[str, ...]:
+        """The column names of a read that returned no rows: a stream reports them only
+        with its first row, so the read is described as a subquery that returns none. It
+        can only read what the checked statement reads; if it fails, no names."""
+        import psycopg
+
+        body = sql.rstrip().removesuffix(";")  # the gate allows one trailing `;`
+        # The checked statement as a subquery, run by the plugin's own role like the statement.
+        probe = f"SELECT * FROM (\n{body}\n) AS _described LIMIT 0"  # noqa: S608 — see above
+        try:
+            cur = await conn.execute(probe, params)
+        except psycopg.Error:
+            return ()
+        return tuple(d.name for d in cur.description or ())
 
     async def _execute(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
         """The engine path, after the gate. Tests call it directly to prove the grants."""
         import psycopg
 
         try:
-            if self._conn is None:
-                self._conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-            cur = await self._conn.execute(sql, list(params))
-            rows = tuple(tuple(r) for r in await cur.fetchall()) if cur.description else ()
-            columns = tuple(d.name for d in cur.description or ())
-            return QueryResult(columns=columns, rows=rows, rowcount=cur.rowcount)
+            conn = await self._connection()
+            return await self._run(conn, sql, list(params))
+        except psycopg.errors.QueryCanceled as exc:
+            reason = "closed" if self._closed else "statement-timeout"
+            details: dict[str, WireValue] = {"reason": reason}
+            if reason == "statement-timeout":
+                details["limit_ms"] = self._timeout_ms
+            raise SuaveplanError(
+                "SAND_DB_ERROR",
+                f"the statement was stopped ({reason}) and rolled back",
+                details,
+                cause=exc,
+            ) from None
         except psycopg.Error as exc:
+            details = {"reason": "closed"} if self._closed else {}
             raise SuaveplanError(
                 "SAND_DB_ERROR",
                 f"the database refused the statement ({type(exc).__name__})",
+                details,
                 cause=exc,
             ) from None
 

@@ -5,25 +5,67 @@ rule inside SQLite on what the engine actually touches, so a parser differential
 an out-of-scope table: any table without the prefix, `sqlite_*` schema tables, ATTACH,
 DETACH, PRAGMA, DDL at runtime and functions outside `SQLITE_SAFE_FUNCTIONS` are refused.
 `apply_migrations` runs host-side with a wider (still prefix-only) authorizer.
+
+Theory of operation for the host's time and memory. Statements run one at a time on the
+adapter's own worker thread (never the event loop's default executor, which a plugin's queue
+of calls must not fill). A progress handler checks the running statement every
+`_PROGRESS_STEPS` engine instructions and stops it when its `_Run` is cancelled (the
+awaiting coroutine was cancelled: a wall-clock budget, a disposed sandbox), when the adapter
+is closed, or past `statement_timeout`; `Connection.interrupt()` is sent as well. A stopped
+statement is rolled back by SQLite, and one that writes and returns rows (RETURNING) runs in
+a transaction of the host's, committed only once its rows are accepted, so a coded error
+always means nothing was written. Each engine step is kept short by limits: a value is at
+most `max_value_bytes`, a row at most `max_result_columns` values, a LIKE/GLOB pattern at
+most `_LIKE_PATTERN_BYTES`, and the built-ins whose time is the product of two lengths are
+replaced by linear ones (`_sqlite_functions`). A result is read row by row and refused past
+`max_result_rows` or `max_result_bytes`. Every refusal is `SAND_DB_ERROR` with
+`details.reason`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import os
+import re
+import secrets
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Final, final
+from typing import Final, TypeVar, final
 
 from suaveplan_sandbox.adapters._protocols import QueryResult
+from suaveplan_sandbox.adapters._sqlite_functions import LinearTextFunctions
 from suaveplan_sandbox.adapters._sqlite_params import ParameterNames
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.permissions._clock import Clock, MonotonicClock
 from suaveplan_sandbox.permissions._decision import Deny
 from suaveplan_sandbox.permissions._sql_gate import SQLITE_SAFE_FUNCTIONS, SqlGate
 
 MIGRATIONS_TABLE: Final = "_suaveplan_migrations"
+
+DEFAULT_STATEMENT_TIMEOUT: Final = 10.0
+DEFAULT_MAX_RESULT_ROWS: Final = 100_000
+DEFAULT_MAX_RESULT_BYTES: Final = 16 * 1024 * 1024  # the wire's frame: more cannot reach a guest
+DEFAULT_MAX_RESULT_COLUMNS: Final = 100
+DEFAULT_MAX_VALUE_BYTES: Final = 1024 * 1024
+
+# A LIKE or GLOB costs up to (text length) x (pattern length) in one engine step: with 1 MiB
+# values and this, about a second at worst.
+_LIKE_PATTERN_BYTES: Final = 1000
+_PROGRESS_STEPS: Final = 1000
+# How long `close()` waits for an interrupted statement to unwind before leaving the
+# connection for its worker to close.
+_CLOSE_WAIT: Final = 2.0
+# Statements that may both write and return rows (SQLite: only with RETURNING); a superset on
+# purpose, as a column named `returning_at` matches too and merely runs in a transaction.
+_MAYBE_RETURNING: Final = re.compile("returning", re.IGNORECASE)
+
+_T = TypeVar("_T")
+_SIZED: Final = (str, bytes)  # values counted by their length; any other as 8
 
 _DML: Final = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
 _ALWAYS_OK: Final = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE}
@@ -52,30 +94,201 @@ _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklm
 
 
 @final
+class _Run:
+    """One call on the worker thread, as the progress handler sees it.
+
+    `stop` is why it must stop (`cancelled`, `closed`, `statement-timeout`, or None to go on);
+    `deadline` is on the adapter's clock, None for no time limit (migrations).
+    """
+
+    __slots__ = ("deadline", "stop")
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+        self.stop: str | None = None
+
+
+def _closed_error() -> SuaveplanError:
+    return SuaveplanError("SAND_DB_ERROR", "the database is closed", {"reason": "closed"})
+
+
+def _positive(value: float, name: str) -> None:
+    if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value < math.inf):
+        raise SuaveplanError("SAND_INVALID_ARGUMENT", f"SqliteDb needs a positive {name}")
+
+
+@final
 class SqliteDb:
-    """The embedded `DbAdapter`: `path` is the plugin's database file."""
+    """The embedded `DbAdapter`: `path` is the plugin's database file.
+
+    Limits (each must be positive; all refusals are `SAND_DB_ERROR` with `details.reason`):
+    `statement_timeout` seconds per call on `clock` (`statement-timeout`); a result of at most
+    `max_result_rows` rows and about `max_result_bytes` bytes (`result-too-large`: text counts
+    its characters, a BLOB its bytes, any other value 8, each value and row a little more);
+    `max_result_columns` values a row and `max_value_bytes` a text or BLOB, also in tables
+    (`value-too-large`, or SQLite's own refusal). `close()` stops a running statement.
+    """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, plugin_prefix: str, dialect: str = "sqlite"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        plugin_prefix: str,
+        dialect: str = "sqlite",
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        max_result_rows: int = DEFAULT_MAX_RESULT_ROWS,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_result_columns: int = DEFAULT_MAX_RESULT_COLUMNS,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        clock: Clock | None = None,
     ) -> None:
         if dialect != "sqlite" or not plugin_prefix:
             raise SuaveplanError("SAND_INVALID_ARGUMENT", "SqliteDb needs a prefix and sqlite")
+        _positive(statement_timeout, "statement_timeout")
+        for value, name in (
+            (max_result_rows, "max_result_rows"),
+            (max_result_bytes, "max_result_bytes"),
+            (max_result_columns, "max_result_columns"),
+            (max_value_bytes, "max_value_bytes"),
+        ):
+            _positive(value, name)
+            if not isinstance(value, int):
+                raise SuaveplanError("SAND_INVALID_ARGUMENT", f"SqliteDb needs an int {name}")
         self._prefix = plugin_prefix.lower()
         self._gate = SqlGate(plugin_prefix, dialect="sqlite")
-        self._lock = threading.Lock()
+        self._timeout = float(statement_timeout)
+        self._max_rows = max_result_rows
+        self._max_bytes = max_result_bytes
+        self._max_columns = max_result_columns
+        self._clock: Clock = clock or MonotonicClock()
+        self._lock = threading.Lock()  # the connection's owner: one worker call, or close()
+        self._state = threading.Lock()  # guards `_current` and `_closed` against interrupt()
+        self._current: _Run | None = None
+        self._closed = False
         self._migrating = False
+        self._host_transaction = False
+        # The host's own transaction statements. A prepared statement keeps the authorizer's
+        # answer and `sqlite3` reuses it for the same text, so the texts carry a secret: no
+        # plugin statement, even past a fooled gate, can be one of them.
+        marker = f"/* suaveplan {secrets.token_hex(8)} */"
+        self._begin, self._commit, self._rollback_sql = (
+            f"{verb} {marker}" for verb in ("BEGIN", "COMMIT", "ROLLBACK")
+        )
         self._cte_reads: frozenset[str] = frozenset()  # see `_authorize`, `_execute_sync`
         self._denied_table_reads = False
         self._parameters = ParameterNames()
+        self._functions = LinearTextFunctions(max_value_bytes=max_value_bytes)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suaveplan-sqlite")
         self._conn = sqlite3.connect(Path(path), isolation_level=None, check_same_thread=False)
-        self._conn.set_authorizer(self._authorize)
+        try:
+            self._default_columns = self._conn.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
+            self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
+            self._conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, _LIKE_PATTERN_BYTES)
+            self._conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, max_result_columns)
+            self._functions.install(self._conn)
+            self._conn.set_progress_handler(self._progress, _PROGRESS_STEPS)
+            self._conn.set_authorizer(self._authorize)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def __repr__(self) -> str:
         return f"SqliteDb(prefix={self._prefix!r})"
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        """Stop a running statement and close the database. Idempotent; waits at most a
+        couple of seconds for the statement to unwind, then leaves the connection for its
+        worker to close as soon as it does."""
+        with self._state:
+            self._closed = True
+            run = self._current
+            if run is not None:
+                if run.stop is None:
+                    run.stop = "closed"
+                self._conn.interrupt()
+        self._worker.shutdown(wait=False)  # what is queued runs, finds `_closed`, returns
+        if self._lock.acquire(timeout=_CLOSE_WAIT):
+            try:
+                self._close_connection()
+            finally:
+                self._lock.release()
+
+    def _close_connection(self) -> None:
+        """Under `_lock`, once `_closed`: idempotent."""
+        self._functions.close()
+        self._conn.close()
+
+    # -- the running statement ------------------------------------------------------------
+
+    def _progress(self) -> int:
+        """SQLite's progress handler: non-zero stops the running statement."""
+        run = self._current
+        if run is None:
+            return 0
+        if run.stop is not None:
+            return 1
+        if run.deadline is not None and self._clock.now() > run.deadline:
+            run.stop = "statement-timeout"
+            return 1
+        return 0
+
+    @contextlib.contextmanager
+    def _running(self, run: _Run) -> Iterator[None]:
+        """`run` is the connection's running call, which `_stop` and `close` may interrupt."""
+        with self._state:
+            if self._closed and run.stop is None:
+                run.stop = "closed"
+            self._current = run
+        try:
+            yield
+        finally:
+            with self._state:
+                self._current = None
+
+    def _stop(self, run: _Run, reason: str) -> None:
+        with self._state:
+            if run.stop is None:
+                run.stop = reason
+            if self._current is run:
+                self._conn.interrupt()
+
+    async def _in_worker(self, run: _Run, work: Callable[..., _T], *args: object) -> _T:
+        """`work(*args)` on the worker thread; cancelling the caller stops it."""
+        if self._closed:
+            raise _closed_error()
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(self._worker, work, *args)
+        except RuntimeError:  # shut down by a concurrent close()
+            raise _closed_error() from None
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # A call still queued is dropped with its future; a running one is interrupted.
+            self._stop(run, "cancelled")
+            raise
+
+    def _refusal(self, exc: sqlite3.Error, run: _Run) -> SuaveplanError:
+        """The coded error for what SQLite raised while `run` ran."""
+        reason = run.stop
+        details: dict[str, WireValue] = {}
+        if reason == "statement-timeout":
+            details = {"reason": reason, "limit_ms": round(self._timeout * 1000)}
+            message = "the statement ran past its time limit and was rolled back"
+        elif reason is not None:
+            details = {"reason": reason}
+            message = f"the statement was stopped ({reason}) and rolled back"
+        elif self._functions.refusal is not None:
+            details = {"reason": self._functions.refusal}
+            message = f"a function call was refused ({self._functions.refusal})"
+        elif getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_TOOBIG:
+            details = {"reason": "value-too-large"}
+            message = "a value is larger than the database allows"
+        else:
+            message = f"the database refused the statement ({type(exc).__name__})"
+        return SuaveplanError("SAND_DB_ERROR", message, details, cause=exc)
+
+    # -- authorizer -------------------------------------------------------------------------
 
     def _in_scope(self, name: str | None) -> bool:
         return name is not None and name.lower().startswith(self._prefix)
@@ -106,7 +319,11 @@ class SqliteDb:
                 else sqlite3.SQLITE_DENY
             )
         if action == sqlite3.SQLITE_TRANSACTION:
-            return sqlite3.SQLITE_OK if self._migrating else sqlite3.SQLITE_DENY
+            return (
+                sqlite3.SQLITE_OK
+                if self._migrating or self._host_transaction
+                else sqlite3.SQLITE_DENY
+            )
         if action in _DDL and self._migrating:
             # arg1 is the object (index/table/trigger/view) name; arg2 the table it is on.
             # SQLite names implicit UNIQUE/PK indexes itself; only the table they sit on counts.
@@ -132,51 +349,115 @@ class SqliteDb:
         schema = {str(row[0]).translate(_ASCII_LOWER) for row in rows}
         return frozenset(n for n in ctes if n not in schema and not n.startswith("sqlite_"))
 
-    def _run(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
-        cursor = self._conn.execute(sql, self._parameters.bindings(self._conn, sql, params))
-        rows = tuple(tuple(row) for row in cursor.fetchall())
-        columns = tuple(d[0] for d in cursor.description or ())
-        return QueryResult(columns=columns, rows=rows, rowcount=cursor.rowcount)
+    # -- runtime queries --------------------------------------------------------------------
 
-    def _execute_sync(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
+    def _host_statement(self, sql: str) -> None:
+        self._host_transaction = True
+        try:
+            self._conn.execute(sql)
+        finally:
+            self._host_transaction = False
+
+    def _rollback(self) -> None:
+        """End the host's transaction, if SQLite has not rolled it back already."""
+        if self._conn.in_transaction:
+            self._host_statement(self._rollback_sql)
+
+    def _read(self, cursor: sqlite3.Cursor) -> list[tuple[WireValue, ...]]:
+        """The rows, one at a time, refused past the row or byte limit."""
+        rows: list[tuple[WireValue, ...]] = []
+        size = 0
+        max_rows, max_bytes = self._max_rows, self._max_bytes
+        for row in cursor:
+            size += 8
+            for value in row:
+                size += len(value) if type(value) in _SIZED else 8
+            rows.append(row)
+            if size > max_bytes or len(rows) > max_rows:
+                raise SuaveplanError(
+                    "SAND_DB_ERROR",
+                    "the result is larger than the adapter returns; nothing was written",
+                    {"reason": "result-too-large", "max_rows": max_rows, "max_bytes": max_bytes},
+                )
+        return rows
+
+    def _run(self, sql: str, params: Sequence[WireValue], run: _Run) -> QueryResult:
+        # A statement that writes and returns rows has written by its first step, and
+        # SQLite commits it when it is reset: only the host's transaction can take it back
+        # if its rows are refused.
+        transaction = _MAYBE_RETURNING.search(sql) is not None
+        if transaction:
+            self._host_statement(self._begin)
+        try:
+            with self._running(run):
+                cursor = self._conn.execute(sql, self._parameters.bindings(self._conn, sql, params))
+                try:
+                    rows = self._read(cursor)
+                    columns = tuple(d[0] for d in cursor.description or ())
+                    rowcount = cursor.rowcount
+                finally:
+                    cursor.close()
+            if transaction:
+                self._host_statement(self._commit)
+        except BaseException:
+            if transaction:
+                self._rollback()
+            raise
+        return QueryResult(columns=columns, rows=tuple(rows), rowcount=rowcount)
+
+    def _execute_sync(self, sql: str, params: Sequence[WireValue], run: _Run) -> QueryResult:
         with self._lock:
             try:
-                self._denied_table_reads = False
-                try:
-                    return self._run(sql, params)
-                except sqlite3.DatabaseError:
-                    # The authorizer runs at prepare time, so a refused statement did nothing;
-                    # if it was refused for a table-level read that may be a CTE, ask which
-                    # names are CTE-only and prepare it once more with those let through.
-                    if not self._denied_table_reads or self._migrating:
-                        raise
-                    self._cte_reads = self._cte_only_names(sql)
-                    if not self._cte_reads:
-                        raise
-                    return self._run(sql, params)
-                finally:
-                    self._cte_reads = frozenset()
-            except sqlite3.Error as exc:
-                raise SuaveplanError(
-                    "SAND_DB_ERROR",
-                    f"the database refused the statement ({type(exc).__name__})",
-                    cause=exc,
-                ) from None
-            except DeprecationWarning as exc:
-                # Raised, not shown, only in a host run with warnings as errors: sqlite3 (3.12,
-                # 3.13) binding a list to named placeholders, which `ParameterNames` avoids
-                # except beside a nameless `?` (3.14 refuses that outright). Nothing ran.
-                raise SuaveplanError(
-                    "SAND_DB_ERROR",
-                    "the statement mixes nameless `?` with named parameters",
-                    cause=exc,
-                ) from None
+                if self._closed:
+                    raise _closed_error()
+                if run.stop is not None:  # cancelled while it waited: it never starts
+                    raise SuaveplanError(
+                        "SAND_DB_ERROR", "the call was cancelled", {"reason": run.stop}
+                    )
+                run.deadline = self._clock.now() + self._timeout
+                self._functions.refusal = None
+                return self._execute_locked(sql, params, run)
+            finally:
+                if self._closed:
+                    self._close_connection()
+
+    def _execute_locked(self, sql: str, params: Sequence[WireValue], run: _Run) -> QueryResult:
+        try:
+            self._denied_table_reads = False
+            try:
+                return self._run(sql, params, run)
+            except sqlite3.DatabaseError:
+                # The authorizer runs at prepare time, so a refused statement did nothing;
+                # if it was refused for a table-level read that may be a CTE, ask which
+                # names are CTE-only and prepare it once more with those let through.
+                if not self._denied_table_reads or self._migrating or run.stop is not None:
+                    raise
+                self._cte_reads = self._cte_only_names(sql)
+                if not self._cte_reads:
+                    raise
+                return self._run(sql, params, run)
+            finally:
+                self._cte_reads = frozenset()
+        except sqlite3.Error as exc:
+            raise self._refusal(exc, run) from None
+        except DeprecationWarning as exc:
+            # Raised, not shown, only in a host run with warnings as errors: sqlite3 (3.12,
+            # 3.13) binding a list to named placeholders, which `ParameterNames` avoids
+            # except beside a nameless `?` (3.14 refuses that outright). Nothing ran.
+            raise SuaveplanError(
+                "SAND_DB_ERROR",
+                "the statement mixes nameless `?` with named parameters",
+                cause=exc,
+            ) from None
 
     async def _execute(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
         """The engine path, after the gate. Tests call it directly to prove the authorizer."""
-        return await asyncio.to_thread(self._execute_sync, sql, params)
+        run = _Run()
+        return await self._in_worker(run, self._execute_sync, sql, params, run)
 
     async def query(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
+        if self._closed:
+            raise _closed_error()
         decision = self._gate.check_query(sql, list(params))
         if isinstance(decision, Deny):
             decision.raise_for_denial()
@@ -184,53 +465,81 @@ class SqliteDb:
 
     # -- migrations (host side) ---------------------------------------------------------------
 
-    def _migrate_sync(self, plugin: str, files: list[Path], version: str | None) -> list[str]:
-        applied: list[str] = []
+    def _migrate_sync(
+        self, plugin: str, files: list[Path], version: str | None, run: _Run
+    ) -> list[str]:
         with self._lock:
-            self._migrating = True
             try:
-                self._conn.execute(
-                    "CREATE TABLE IF NOT EXISTS _suaveplan_migrations (plugin TEXT NOT NULL, "
-                    "name TEXT NOT NULL, version TEXT, PRIMARY KEY (plugin, name))"
-                )
-                done = {
-                    row[0]
-                    for row in self._conn.execute(
-                        "SELECT name FROM _suaveplan_migrations WHERE plugin = ?", (plugin,)
-                    )
-                }
-                for file in files:
-                    if file.name in done:
-                        continue
-                    sql = file.read_text(encoding="utf-8")
-                    decisions = self._gate.check_migration(sql)
-                    if not decisions or any(isinstance(d, Deny) for d in decisions):
-                        raise SuaveplanError(
-                            "SAND_DB_MIGRATION_FAILED",
-                            "a migration contains a statement outside the plugin's prefix",
-                            {"migration": file.name},
-                        )
-                    self._conn.execute("BEGIN")
-                    try:
-                        for statement in _split_statements(sql):
-                            self._conn.execute(statement)
-                        self._conn.execute(
-                            "INSERT INTO _suaveplan_migrations (plugin, name, version) "
-                            "VALUES (?, ?, ?)",
-                            (plugin, file.name, version),
-                        )
-                        self._conn.execute("COMMIT")
-                    except sqlite3.Error as exc:
-                        self._conn.execute("ROLLBACK")
-                        raise SuaveplanError(
-                            "SAND_DB_MIGRATION_FAILED",
-                            f"migration failed and was rolled back ({type(exc).__name__})",
-                            {"migration": file.name},
-                            cause=exc,
-                        ) from None
-                    applied.append(file.name)
+                if self._closed:
+                    raise _closed_error()
+                self._migrating = True
+                self._conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, self._default_columns)
+                return self._migrate_locked(plugin, files, version, run)
+            except sqlite3.Error as exc:
+                raise SuaveplanError(
+                    "SAND_DB_MIGRATION_FAILED",
+                    f"migrations could not run ({type(exc).__name__})",
+                    cause=exc,
+                ) from None
             finally:
                 self._migrating = False
+                if self._closed:
+                    self._close_connection()
+                else:
+                    self._conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, self._max_columns)
+                    # Setting it again expires every prepared statement, so none authorized
+                    # under the migrations' wider rule is run again without being re-checked.
+                    self._conn.set_authorizer(self._authorize)
+
+    def _migrate_locked(
+        self, plugin: str, files: list[Path], version: str | None, run: _Run
+    ) -> list[str]:
+        applied: list[str] = []
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS _suaveplan_migrations (plugin TEXT NOT NULL, "
+            "name TEXT NOT NULL, version TEXT, PRIMARY KEY (plugin, name))"
+        )
+        done = {
+            row[0]
+            for row in self._conn.execute(
+                "SELECT name FROM _suaveplan_migrations WHERE plugin = ?", (plugin,)
+            )
+        }
+        for file in files:
+            if file.name in done:
+                continue
+            sql = file.read_text(encoding="utf-8")
+            decisions = self._gate.check_migration(sql)
+            if not decisions or any(isinstance(d, Deny) for d in decisions):
+                raise SuaveplanError(
+                    "SAND_DB_MIGRATION_FAILED",
+                    "a migration contains a statement outside the plugin's prefix",
+                    {"migration": file.name},
+                )
+            self._conn.execute("BEGIN")
+            try:
+                with self._running(run):
+                    for statement in _split_statements(sql):
+                        self._conn.execute(statement)
+                    self._conn.execute(
+                        "INSERT INTO _suaveplan_migrations (plugin, name, version) "
+                        "VALUES (?, ?, ?)",
+                        (plugin, file.name, version),
+                    )
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                details: dict[str, WireValue] = {"migration": file.name}
+                if run.stop is not None:
+                    details["reason"] = run.stop
+                raise SuaveplanError(
+                    "SAND_DB_MIGRATION_FAILED",
+                    f"migration failed and was rolled back ({type(exc).__name__})",
+                    details,
+                    cause=exc,
+                ) from None
+            applied.append(file.name)
         return applied
 
 
@@ -255,6 +564,10 @@ async def apply_migrations(
     plugin: str,
     version: str | None = None,
 ) -> list[str]:
-    """Apply the plugin's `*.sql` files in name order, each once; returns the names applied."""
+    """Apply the plugin's `*.sql` files in name order, each once; returns the names applied.
+
+    Migrations have no time limit, but cancelling the caller or closing `db` stops the one
+    running (rolled back; `SAND_DB_MIGRATION_FAILED` with `details.reason`)."""
     files = sorted(Path(migrations_dir).glob("*.sql"), key=lambda p: p.name)
-    return await asyncio.to_thread(db._migrate_sync, plugin, files, version)
+    run = _Run()
+    return await db._in_worker(run, db._migrate_sync, plugin, files, version, run)

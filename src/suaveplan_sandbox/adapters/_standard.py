@@ -20,6 +20,7 @@ from what the host passes (use `EnvSecrets({...})` for an explicit variable mapp
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -106,7 +107,9 @@ class StandardAdapters:
         if self._owned_fetch is not None:
             await self._owned_fetch.aclose()
         if self._owned_db is not None:
-            self._owned_db.close()
+            # Off the loop: closing stops a running statement and waits for it to unwind
+            # (milliseconds; at most two seconds for one that cannot be interrupted).
+            await asyncio.to_thread(self._owned_db.close)
         if self._owned_fs is not None:
             self._owned_fs.close()
 

@@ -11,7 +11,7 @@ from suaveplan_sandbox.permissions._fetch_rules import FetchRuleSet
 from suaveplan_sandbox.permissions._fs_rules import FsRuleSet
 from suaveplan_sandbox.permissions._manifest import Budgets, Manifest, load_manifest
 from suaveplan_sandbox.permissions._rule_cache import compiled_fetch_rules, compiled_fs_rules
-from suaveplan_sandbox.permissions._sql_gate import SqlGate
+from suaveplan_sandbox.permissions._sql_gate import DEFAULT_MAX_SQL_LENGTH, SqlGate
 from suaveplan_sandbox.permissions._topic_rules import TopicRuleSet
 
 SqlDialect = Literal["sqlite", "postgres"]
@@ -36,13 +36,22 @@ class PermissionPolicy:
         "_subscribes",
     )
 
-    def __init__(self, manifest: Manifest, *, root: Path, sql_dialect: SqlDialect) -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        *,
+        root: Path,
+        sql_dialect: SqlDialect,
+        max_sql_length: int = DEFAULT_MAX_SQL_LENGTH,
+    ) -> None:
         self._manifest = manifest
         self._root = root
         # Validation already compiled these; the cache hands back the same immutable sets.
         self._fs = compiled_fs_rules(manifest.permissions.fs)
         self._fetch = compiled_fetch_rules(manifest.permissions.fetch)
-        self._sql = SqlGate(manifest.table_prefix, dialect=sql_dialect)
+        self._sql = SqlGate(
+            manifest.table_prefix, dialect=sql_dialect, max_sql_length=max_sql_length
+        )
         self._publishes = TopicRuleSet(manifest.events.publishes)
         self._subscribes = TopicRuleSet(manifest.events.subscribes)
         self._budgets = manifest.permissions.budgets
@@ -54,11 +63,20 @@ class PermissionPolicy:
         *,
         root: str | os.PathLike[str],
         sql_dialect: SqlDialect = "sqlite",
+        max_sql_length: int = DEFAULT_MAX_SQL_LENGTH,
     ) -> PermissionPolicy:
-        """Build a policy. Raises `SAND_MANIFEST_INVALID` for a bad manifest."""
+        """Build a policy. Raises `SAND_MANIFEST_INVALID` for a bad manifest.
+
+        `max_sql_length`: the longest runtime SQL text (characters) the gate will parse; a
+        longer statement is denied before parsing, which runs on the caller's thread."""
         if sql_dialect not in ("sqlite", "postgres"):
             raise ValueError("sql_dialect is 'sqlite' or 'postgres'")
-        return cls(load_manifest(manifest), root=Path(root).absolute(), sql_dialect=sql_dialect)
+        return cls(
+            load_manifest(manifest),
+            root=Path(root).absolute(),
+            sql_dialect=sql_dialect,
+            max_sql_length=max_sql_length,
+        )
 
     def __repr__(self) -> str:
         return f"PermissionPolicy(plugin={self.plugin!r}, root={str(self._root)!r})"

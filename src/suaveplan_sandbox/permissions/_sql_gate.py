@@ -3,6 +3,11 @@
 Fail closed: the walk accepts only expression types listed in `_QUERY_NODES` (plus functions
 named in the dialect's allowlist); anything else — a sqlglot `Command` fallback, a node type
 nobody reviewed, a parse error — is `statement-not-permitted`.
+
+A decision runs on the caller's thread (the host's event loop) and sqlglot spends about ten
+microseconds and a few hundred bytes a token, so a runtime query longer than
+`max_sql_length` characters is refused before it is tokenized: without a limit one frame of
+`SELECT 1,1,1,…` held the loop for minutes and gigabytes.
 """
 
 from __future__ import annotations
@@ -123,6 +128,9 @@ _SCOPED_NODES: Final[frozenset[type[exp.Expr]]] = frozenset(
     {kind for kind in _DDL_NODES if "with_" in kind.arg_types}
     | {exp.Table, exp.In, exp.CTE, *_DML_KINDS}
 )
+# About a fifth of a second of parsing at the worst (a token every two characters, as in
+# `SELECT 1,1,…`) on a 2-core CI machine; twice as long at twice the length.
+DEFAULT_MAX_SQL_LENGTH: Final = 16 * 1024
 _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _FUNC_NAMES: dict[type[exp.Expr], str] = {}  # sqlglot function class -> its `sql_name()`
 
@@ -335,7 +343,15 @@ def _is_scalar_param(value: object) -> bool:
 class SqlGate:
     """Decides db payloads for one plugin's `table_prefix` in the host's dialect."""
 
-    __slots__ = ("_cache", "_cache_size", "_dialect_obj", "_functions", "dialect", "table_prefix")
+    __slots__ = (
+        "_cache",
+        "_cache_size",
+        "_dialect_obj",
+        "_functions",
+        "_max_length",
+        "dialect",
+        "table_prefix",
+    )
 
     def __init__(
         self,
@@ -343,9 +359,15 @@ class SqlGate:
         *,
         dialect: Literal["sqlite", "postgres"] = "sqlite",
         cache_size: int = 1024,
+        max_sql_length: int = DEFAULT_MAX_SQL_LENGTH,
     ) -> None:
         if dialect not in ("sqlite", "postgres"):
             raise ValueError("dialect is 'sqlite' or 'postgres'")
+        if isinstance(max_sql_length, bool) or not isinstance(max_sql_length, int):
+            raise TypeError("max_sql_length is an int")
+        if max_sql_length <= 0:
+            raise ValueError("max_sql_length must be positive")
+        self._max_length = max_sql_length
         self.table_prefix: str | None = table_prefix or None
         self.dialect: str = dialect
         self._functions = _SQLITE_GATE_NAMES if dialect == "sqlite" else _POSTGRES_GATE_NAMES
@@ -359,6 +381,8 @@ class SqlGate:
             return _MALFORMED
         if not isinstance(sql, str) or not sql.strip():
             return _MALFORMED
+        if len(sql) > self._max_length:
+            return _NOT_PERMITTED  # before any parsing, and never cached
         if "\x00" in sql:
             # sqlglot reads NUL as an identifier character, C-string engines as the end of the
             # statement: a parser differential, so refuse (found by fuzzing).
@@ -471,7 +495,11 @@ class SqlGate:
             return _NOT_PERMITTED
         if walk.unscoped:
             return _OUT_OF_SCOPE
-        return Allow(rule=self.table_prefix, target=statement.sql(dialect=self.dialect))
+        try:
+            rendered = statement.sql(dialect=self.dialect)
+        except Exception:  # RecursionError on a tree the walk could still descend: refuse
+            return _NOT_PERMITTED
+        return Allow(rule=self.table_prefix, target=rendered)
 
     # -- explain ---------------------------------------------------------------------------
     def cte_names(self, sql: str) -> frozenset[str]:
@@ -487,6 +515,18 @@ class SqlGate:
             if isinstance(ident, exp.Identifier) and isinstance(ident.this, str):
                 names.add(ident.this.translate(_ASCII_LOWER))
         return frozenset(names)
+
+    def query_shape(self, sql: str) -> tuple[bool, bool]:
+        """(returns rows, may write) for `sql`, as parsed here: a SELECT or set operation
+        returns rows, an INSERT/UPDATE/DELETE only with RETURNING; any INSERT/UPDATE/DELETE
+        anywhere (a data-modifying CTE) may write. Unparsable text: (True, True)."""
+        statement = self._single_statement(sql)
+        if statement is None:
+            return True, True
+        writes = statement.find(*_DML_KINDS) is not None
+        if isinstance(statement, tuple(_DML_KINDS)):
+            return statement.args.get("returning") is not None, writes
+        return True, writes
 
     def referenced_tables(self, sql: str) -> frozenset[str]:
         statement = self._single_statement(sql)
