@@ -496,50 +496,28 @@ def run() -> list[BenchRow]:
                 info=True,
             )
         )
-        # The floor for any proxied read: its two round trips between two blocking processes
-        # that do nothing else. Against one blocking echo it shows how much of a "2x the
-        # echo" budget the round trips alone take, before validation, gateway and adapter.
-        raw_read = statistics.median(xp_read)
-        rows.append(
-            ratio_row(
-                "raw read: 2 round trips, blocking, no sandbox",
-                raw_read,
-                "cross-process msgpack echo (blocking)",
-                base_block,
-                info=True,
+        # The floor for any proxied read: its two round trips between two processes that do
+        # nothing else. Blocking, against one blocking echo, it shows how much of a "2x the
+        # echo" budget the round trips alone take. With both ends polling for answers, as the
+        # sandbox and its worker do by default, the round trips cost no wake-ups, and what a
+        # read costs beyond that is the Python each side runs per message.
+        for how, samples in (("blocking", xp_read), ("both ends polling", xp_polled)):
+            floor_name, floor = (
+                f"raw read: 2 round trips, {how}, no sandbox",
+                statistics.median(samples),
             )
-        )
-        rows.append(
-            ratio_row(
-                "vm.call fs.read_bytes 1KiB",
-                read_s,
-                "raw read: 2 round trips, blocking, no sandbox",
-                raw_read,
-                info=True,
+            rows.append(
+                ratio_row(
+                    floor_name,
+                    floor,
+                    "cross-process msgpack echo (blocking)",
+                    base_block,
+                    info=True,
+                )
             )
-        )
-        # The same floor when both ends poll for answers, as the sandbox and its worker do by
-        # default: the round trips then cost no wake-ups, and what a read costs beyond this is
-        # the Python each side runs per message (the sandbox's, the gateway's, the adapter's).
-        polled_read = statistics.median(xp_polled)
-        rows.append(
-            ratio_row(
-                "raw read: 2 round trips, both ends polling, no sandbox",
-                polled_read,
-                "cross-process msgpack echo (blocking)",
-                base_block,
-                info=True,
+            rows.append(
+                ratio_row("vm.call fs.read_bytes 1KiB", read_s, floor_name, floor, info=True)
             )
-        )
-        rows.append(
-            ratio_row(
-                "vm.call fs.read_bytes 1KiB",
-                read_s,
-                "raw read: 2 round trips, both ends polling, no sandbox",
-                polled_read,
-                info=True,
-            )
-        )
         # A proxied read is two round trips (call/result and hostcall/hostreply): against two
         # no-op calls it shows what serving the host call adds (the gateway, the adapter),
         # independent of the round-trip cost the baseline above includes twice.
