@@ -20,6 +20,8 @@ PINNED: dict[str, list[str]] = {
     "suaveplan_sandbox.metrics": [
         "BUDGET_EXCEEDED",
         "CAPABILITY_CALLS",
+        "EVENTS_DROPPED",
+        "LOG_LINES_SUPPRESSED",
         "METRICS",
         "PERMISSION_DENIED",
         "WORKER_CRASHED",

@@ -232,3 +232,23 @@ async def test_subscriptions_are_checked_and_closed_with_the_gateway() -> None:
     assert got == [("other.ping", 1)]
     await rig.gateway.close()
     assert rig.events.subscriptions == []
+
+
+async def test_names_a_guest_makes_up_are_labelled_unknown_in_metrics_and_audit() -> None:
+    # Labels are series: a guest sending a new capability or operation name per request must
+    # not add a metric series (or an audit value) per name.
+    rig = _Rig()
+    for i in range(20):
+        await rig.denied(f"cap{i}", f"op{i}", {})
+        await rig.denied("fs", f"op{i}", {"path": "uploads/a.txt"})
+    series = {
+        (name, labels.get("capability"), labels.get("operation"))
+        for name, labels, _ in rig.metrics.samples()
+    }
+    assert {cap for _, cap, _ in series} == {"unknown", "fs"}
+    assert rig.metrics.value(CAPABILITY_CALLS.name, capability="unknown", outcome="deny") == 20
+    assert rig.metrics.value(CAPABILITY_CALLS.name, capability="fs", outcome="deny") == 20
+    assert {(r.capability, r.operation) for r in rig.audit.records} == {
+        ("unknown", "unknown"),
+        ("fs", "unknown"),
+    }

@@ -331,11 +331,13 @@ class Gateway:
         cap = capability if type(capability) is str or isinstance(capability, str) else "unknown"
         op = operation if type(operation) is str or isinstance(operation, str) else "unknown"
         if (cap, op) not in _OPERATIONS or not (type(args) is dict or isinstance(args, Mapping)):
-            reason = (
-                DenyReason.UNKNOWN_CAPABILITY
-                if cap not in _CAPABILITIES
-                else DenyReason.MALFORMED_PAYLOAD
-            )
+            # Names the guest made up are labelled `unknown` in metrics and audit rows: a
+            # guest-chosen label would be a new metric series per name it sends.
+            if cap not in _CAPABILITIES:
+                reason, cap, op = DenyReason.UNKNOWN_CAPABILITY, "unknown", "unknown"
+            else:
+                reason = DenyReason.MALFORMED_PAYLOAD
+                op = op if (cap, op) in _OPERATIONS else "unknown"
             self._denied(self._checker.deny(cap, reason), cap, op, started)
         assert isinstance(args, dict | Mapping)
         try:

@@ -3,6 +3,8 @@
 from suaveplan_sandbox.metrics._definitions import (
     BUDGET_EXCEEDED,
     CAPABILITY_CALLS,
+    EVENTS_DROPPED,
+    LOG_LINES_SUPPRESSED,
     METRICS,
     PERMISSION_DENIED,
     WORKER_CRASHED,
@@ -15,6 +17,8 @@ from suaveplan_sandbox.metrics._sink import FanOutMetrics, InMemoryMetrics, Metr
 __all__ = [
     "BUDGET_EXCEEDED",
     "CAPABILITY_CALLS",
+    "EVENTS_DROPPED",
+    "LOG_LINES_SUPPRESSED",
     "METRICS",
     "PERMISSION_DENIED",
     "WORKER_CRASHED",

@@ -39,10 +39,26 @@ WORKER_CRASHED: Final = MetricDefinition(
     description="Guest workers that died or broke protocol.",
 )
 
+EVENTS_DROPPED: Final = MetricDefinition(
+    name="plugin.events_dropped_total",
+    labels=("plugin", "reason"),
+    description=(
+        "Event deliveries a VM sandbox dropped: past the hop depth (event-depth) or with its"
+        " queue full (event-queue-full)."
+    ),
+)
+LOG_LINES_SUPPRESSED: Final = MetricDefinition(
+    name="plugin.log_lines_suppressed_total",
+    labels=("plugin",),
+    description="Plugin log lines kept from the host's logging by the per-sandbox rate.",
+)
+
 METRICS: Final[tuple[MetricDefinition, ...]] = (
     PERMISSION_DENIED,
     BUDGET_EXCEEDED,
     CAPABILITY_CALLS,
     WORKER_CRASHED,
+    EVENTS_DROPPED,
+    LOG_LINES_SUPPRESSED,
 )
 METRICS_BY_NAME: Final = {m.name: m for m in METRICS}

@@ -79,7 +79,12 @@ from suaveplan_sandbox.adapters import Adapters, StandardAdapters, open_standard
 from suaveplan_sandbox.adapters._protocols import EventHandler, QueryResult
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
-from suaveplan_sandbox.metrics import InMemoryMetrics, MetricsSink
+from suaveplan_sandbox.metrics import (
+    EVENTS_DROPPED,
+    LOG_LINES_SUPPRESSED,
+    InMemoryMetrics,
+    MetricsSink,
+)
 from suaveplan_sandbox.permissions import (
     BudgetTracker,
     Clock,
@@ -896,6 +901,7 @@ class VmSandbox:
 
     def _drop_event(self, reason: str) -> None:
         self.events_dropped += 1
+        self._metrics.inc(EVENTS_DROPPED.name, {"plugin": self._plugin, "reason": reason})
         self._note_event("dropped", reason)
 
     def _note_event(self, outcome: str, reason: str) -> None:
@@ -938,6 +944,7 @@ class VmSandbox:
         if not allowance.take(self._now()):
             allowance.held += 1
             self.logs_suppressed += 1
+            self._metrics.inc(LOG_LINES_SUPPRESSED.name, {"plugin": self._plugin})
             return
         if allowance.held:
             self._report_held_logs()

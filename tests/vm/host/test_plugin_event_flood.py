@@ -20,6 +20,7 @@ import pytest
 
 from suaveplan_sandbox.adapters import Adapters, InProcessEventBus
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.metrics import EVENTS_DROPPED, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.testing import InMemoryEvents
 from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
@@ -131,7 +132,13 @@ LOGGER = "suaveplan_sandbox.vm"
 
 
 async def _sandbox(
-    tmp: Path, name: str, source: str, bus: object, events: dict[str, list[str]]
+    tmp: Path,
+    name: str,
+    source: str,
+    bus: object,
+    events: dict[str, list[str]],
+    *,
+    metrics: InMemoryMetrics | None = None,
 ) -> VmSandbox:
     (tmp / f"{name}.py").write_text(source)
     policy = PermissionPolicy.from_manifest({"name": name, "events": events}, root=tmp)
@@ -139,6 +146,7 @@ async def _sandbox(
         plugin_module_path=tmp / f"{name}.py",
         policy=policy,
         proxies=Adapters(events=bus),  # type: ignore[arg-type]
+        metrics=metrics if metrics is not None else InMemoryMetrics(),
     )
 
 
@@ -249,12 +257,16 @@ async def test_a_call_publishing_more_events_than_the_queue_holds_drops_the_rest
     extra = 25
     bus = InMemoryEvents()
     events = {"subscribes": ["self.*"], "publishes": ["self.*"]}
-    async with await _sandbox(tmp_path, "flood", FLOOD, bus, events) as sb:
+    metrics = InMemoryMetrics()
+    async with await _sandbox(tmp_path, "flood", FLOOD, bus, events, metrics=metrics) as sb:
         # Every delivery waits behind the call publishing it: all of them queue at once.
         await sb.call("flood", MAX_QUEUED_EVENTS + extra)
         await _settled(sb)
         assert sb.events_delivered == MAX_QUEUED_EVENTS
         assert sb.events_dropped == extra
+        assert (
+            metrics.value(EVENTS_DROPPED.name, plugin="flood", reason="event-queue-full") == extra
+        )
         assert await sb.call("count") == MAX_QUEUED_EVENTS
         assert sb.state == "idle"
         # Dropping is throttled: far fewer warnings than drops, every drop counted in them.

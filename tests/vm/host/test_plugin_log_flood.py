@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.metrics import LOG_LINES_SUPPRESSED, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.testing import FakeClock
 from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
@@ -104,11 +105,13 @@ async def test_lines_reaching_the_host_logging_are_rate_limited_and_the_rest_cou
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     clock = FakeClock()  # still: the rate limiter gets no new allowance until advanced
-    async with await _sandbox(tmp_path, clock=clock, log_lines_per_s=10) as sb:
+    metrics = InMemoryMetrics()
+    async with await _sandbox(tmp_path, clock=clock, log_lines_per_s=10, metrics=metrics) as sb:
         await sb.call("shout", 50)
         assert [r.getMessage() for r in _plugin_lines(caplog)] == [f"[loud] {i}" for i in range(10)]
         assert sb.logs_total == 50
         assert sb.logs_suppressed == 40
+        assert metrics.value(LOG_LINES_SUPPRESSED.name, plugin="loud") == 40
         assert len(sb.logs) == 50  # the record keeps what the log pipeline was spared
         clock.advance(1.0)
         await sb.call("say", "after")
