@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import math
 import os
 import re
 import secrets
@@ -37,6 +36,12 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from suaveplan_sandbox.adapters._protocols import QueryResult
+from suaveplan_sandbox.adapters._sqlite import (
+    DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_MAX_RESULT_ROWS,
+    DEFAULT_STATEMENT_TIMEOUT,
+    positive_limit,
+)
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._decision import Allow, Deny
 from suaveplan_sandbox.permissions._sql_gate import SqlGate
@@ -46,9 +51,6 @@ _PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,30}")
 _DML_PRIVILEGES: Final = "SELECT, INSERT, UPDATE, DELETE"
 _ROLE_ATTRIBUTES: Final = "{} NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
 
-DEFAULT_STATEMENT_TIMEOUT: Final = 10.0
-DEFAULT_MAX_RESULT_ROWS: Final = 100_000
-DEFAULT_MAX_RESULT_BYTES: Final = 16 * 1024 * 1024
 _CANCEL_TIMEOUT: Final = 5.0
 _SHAPE_CACHE: Final = 256
 
@@ -296,10 +298,7 @@ class PostgresDb:
             (max_result_rows, "max_result_rows"),
             (max_result_bytes, "max_result_bytes"),
         ):
-            if isinstance(value, bool) or not (
-                isinstance(value, int | float) and 0 < value < math.inf
-            ):
-                raise SuaveplanError("SAND_INVALID_ARGUMENT", f"PostgresDb needs a positive {name}")
+            positive_limit(value, name, "PostgresDb")
         self._conninfo = conninfo
         self.plugin = plugin
         self._gate = SqlGate(prefix, dialect="postgres")

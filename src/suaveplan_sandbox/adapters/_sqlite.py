@@ -112,9 +112,10 @@ def _closed_error() -> SuaveplanError:
     return SuaveplanError("SAND_DB_ERROR", "the database is closed", {"reason": "closed"})
 
 
-def _positive(value: float, name: str) -> None:
+def positive_limit(value: float, name: str, owner: str) -> None:
+    """Refuse a limit that is not a finite positive number (shared with `PostgresDb`)."""
     if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value < math.inf):
-        raise SuaveplanError("SAND_INVALID_ARGUMENT", f"SqliteDb needs a positive {name}")
+        raise SuaveplanError("SAND_INVALID_ARGUMENT", f"{owner} needs a positive {name}")
 
 
 @final
@@ -144,14 +145,14 @@ class SqliteDb:
     ) -> None:
         if dialect != "sqlite" or not plugin_prefix:
             raise SuaveplanError("SAND_INVALID_ARGUMENT", "SqliteDb needs a prefix and sqlite")
-        _positive(statement_timeout, "statement_timeout")
+        positive_limit(statement_timeout, "statement_timeout", "SqliteDb")
         for value, name in (
             (max_result_rows, "max_result_rows"),
             (max_result_bytes, "max_result_bytes"),
             (max_result_columns, "max_result_columns"),
             (max_value_bytes, "max_value_bytes"),
         ):
-            _positive(value, name)
+            positive_limit(value, name, "SqliteDb")
             if not isinstance(value, int):
                 raise SuaveplanError("SAND_INVALID_ARGUMENT", f"SqliteDb needs an int {name}")
         self._prefix = plugin_prefix.lower()
