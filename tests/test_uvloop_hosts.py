@@ -33,6 +33,8 @@ from suaveplan_sandbox.wasm import create_wasm_sandbox
 T = TypeVar("T")
 
 PLUGIN = """
+import datetime
+
 import suaveplan
 from suaveplan import SuaveplanError
 
@@ -42,6 +44,15 @@ def spin(n):
     for i in range(n):
         total += i
     return total
+
+
+def spin_for(seconds):
+    # Busy for a length of time, not a count: a faster machine must not shorten the call.
+    end = datetime.datetime.now() + datetime.timedelta(seconds=seconds)
+    rounds = 0
+    while datetime.datetime.now() < end:
+        rounds += 1
+    return rounds
 
 
 def read(path):
@@ -114,7 +125,7 @@ def test_the_host_stops_polling_after_its_window_on_uvloop(tmp_path: Path) -> No
             await sb.call("spin", 1)  # a fast answer: the next call polls
             for _ in range(2):
                 cpu, began = time.process_time(), time.monotonic()
-                await sb.call("spin", 3_000_000)
+                await sb.call("spin_for", 0.15)
                 took, spent = time.monotonic() - began, time.process_time() - cpu
                 assert took >= 0.1, (
                     "the plugin must take longer than this for the test to mean much"

@@ -27,6 +27,8 @@ from suaveplan_sandbox.vm._worker_loop import (
 )
 
 PLUGIN = """
+import datetime
+
 import suaveplan
 from suaveplan import SuaveplanError
 
@@ -40,6 +42,15 @@ def spin(n):
     for i in range(n):
         total += i
     return total
+
+
+def spin_for(seconds):
+    # Busy for a length of time, not a count: a faster machine must not shorten the call.
+    end = datetime.datetime.now() + datetime.timedelta(seconds=seconds)
+    rounds = 0
+    while datetime.datetime.now() < end:
+        rounds += 1
+    return rounds
 
 
 def read(path):
@@ -248,7 +259,7 @@ async def test_the_host_stops_polling_for_a_slow_answer_after_the_window(tmp_pat
         await sb.call("noop")  # a fast answer: the next call polls
         for _ in range(2):  # the first call polls for 10 ms; the second, after a miss, not at all
             cpu, began = time.process_time(), time.monotonic()
-            await sb.call("spin", 3_000_000)
+            await sb.call("spin_for", 0.15)
             took, spent = time.monotonic() - began, time.process_time() - cpu
             assert took >= 0.1, "the plugin must take longer than this for the test to mean much"
             # Polling the whole call would cost this process about `took` of CPU.
