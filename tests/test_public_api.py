@@ -18,6 +18,7 @@ PINNED: dict[str, list[str]] = {
         "registered_codes",
     ],
     "suaveplan_sandbox.metrics": [
+        "AUDIT_DENIALS_SUPPRESSED",
         "BUDGET_EXCEEDED",
         "CAPABILITY_CALLS",
         "EVENTS_DROPPED",
@@ -97,6 +98,7 @@ PINNED: dict[str, list[str]] = {
         "EventsAdapter",
         "FetchAdapter",
         "FsAdapter",
+        "FsLimits",
         "HttpRequest",
         "HttpResponse",
         "HttpxFetch",
@@ -108,6 +110,7 @@ PINNED: dict[str, list[str]] = {
         "RedisEventBus",
         "SecretsAdapter",
         "SqliteDb",
+        "SqliteLimits",
         "StandardAdapters",
         "StaticSecrets",
         "Subscription",

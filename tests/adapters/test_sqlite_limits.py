@@ -404,3 +404,25 @@ async def test_a_database_sqlite_cannot_read_fails_migrations_with_a_coded_error
         assert info.value.code == "SAND_DB_MIGRATION_FAILED"
     finally:
         db.close()
+
+
+async def test_a_database_reopened_with_fewer_result_columns_than_a_tables_width_still_answers(
+    fresh: Path, tmp_path: Path
+) -> None:
+    wide = SqliteDb(fresh, plugin_prefix="p_")
+    mig = tmp_path / "wide"
+    mig.mkdir()
+    (mig / "001.sql").write_text("CREATE TABLE p_w (a, b, c, d, e);")
+    await apply_migrations(wide, mig, plugin="p")
+    await wide.query("INSERT INTO p_w VALUES (1, 2, 3, 4, 5)", [])
+    wide.close()
+    # The schema (p_w, and the host's 3-column migrations table) is wider than the limit:
+    # it used to be read under it, and every statement failed as a malformed schema.
+    db = SqliteDb(fresh, plugin_prefix="p_", max_result_columns=2)
+    try:
+        assert (await db.query("SELECT a, e FROM p_w", [])).rows == ((1, 5),)
+        with pytest.raises(SuaveplanError) as info:
+            await db.query("SELECT * FROM p_w", [])
+        assert info.value.code == "SAND_DB_ERROR"
+    finally:
+        db.close()

@@ -4,6 +4,7 @@ from suaveplan_sandbox.adapters._audit import JsonLinesAudit, iter_audit
 from suaveplan_sandbox.adapters._events import InProcessEventBus
 from suaveplan_sandbox.adapters._fetch import HttpxFetch, address_refused
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
+from suaveplan_sandbox.adapters._limits import FsLimits, SqliteLimits
 from suaveplan_sandbox.adapters._postgres import (
     PostgresDb,
     apply_postgres_migrations,
@@ -42,6 +43,7 @@ __all__ = [
     "EventsAdapter",
     "FetchAdapter",
     "FsAdapter",
+    "FsLimits",
     "HttpRequest",
     "HttpResponse",
     "HttpxFetch",
@@ -53,6 +55,7 @@ __all__ = [
     "RedisEventBus",
     "SecretsAdapter",
     "SqliteDb",
+    "SqliteLimits",
     "StandardAdapters",
     "StaticSecrets",
     "Subscription",

@@ -7,20 +7,35 @@ a tuple key, a set, an object) is refused at `publish` with `SAND_INVALID_ARGUME
 any subscriber sees it; a guest that must send bytes encodes them itself (base64). Each
 subscriber receives its own decoded copy, so tuples arrive as lists on either bus and one
 handler cannot mutate what another receives.
+
+Hop depth, for every bus alike: `event_depth` holds the hop count of the event delivery whose
+handling is making the current publish (0 for a plugin call or the host itself). The VM host
+sets it around a plugin's `events` host call and drops a delivery deeper than
+`MAX_EVENT_DEPTH`. An in-process bus runs each handler in a copy of the publisher's context,
+so the count travels with it; a bus that crosses processes (`RedisEventBus`) writes it into
+the message and sets it around the handler on the receiving side.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
-from typing import Any, final
+from typing import Any, Final, final
 
 from suaveplan_sandbox.adapters._protocols import EventHandler
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._topic_rules import topic_matches
 
 _LOG = logging.getLogger("suaveplan_sandbox.events")
+
+# A delivery more than this many hops from a plugin call or host publish is dropped (VM host).
+MAX_EVENT_DEPTH: Final = 8
+# The hop count of the delivery being handled where a publish happens (see the docstring).
+event_depth: Final[contextvars.ContextVar[int]] = contextvars.ContextVar(
+    "suaveplan_event_depth", default=0
+)
 
 
 def encode_payload(payload: object) -> str:
@@ -52,7 +67,11 @@ def _string_keys(value: object, depth: int = 0) -> bool:
 
 def decode_payload(text: str | bytes) -> WireValue:
     """Parse a payload `encode_payload` produced; raises `ValueError` on anything else."""
-    value: WireValue = json.loads(text, parse_constant=_refuse_constant)
+    try:
+        value: WireValue = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        # Nesting deeper than the interpreter's stack (`[[[[...`) is junk, not a crash.
+        raise ValueError("payload nested too deeply") from None
     return value
 
 

@@ -26,6 +26,13 @@ Redirects are off by default; when on, each hop is re-checked with `recheck` and
 the target is joined WHATWG-style, and `Authorization`, `Cookie` and `Proxy-Authorization`
 are dropped when the origin changes. Response body size, header count and total time are
 limited; `connect` has the same total deadline across all vetted addresses.
+
+The default resolver's `getaddrinfo` and `connect`'s blocking dials run on the adapter's own
+small thread pool (`network_threads`), never on the event loop's default executor: a plugin
+granted a name in a DNS zone it controls can make lookups hang for the resolver's timeout,
+and on the shared executor that would hold threads the filesystem adapter's hops need. Here
+it can hold at most `network_threads` threads, and later lookups queue behind them until the
+request's own deadline ends them.
 """
 
 from __future__ import annotations
@@ -38,9 +45,10 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Final, TypeVar, final
 from urllib.parse import unquote
 
 import ada_url
@@ -54,6 +62,7 @@ from suaveplan_sandbox.permissions._decision import Allow, Deny
 from suaveplan_sandbox.permissions._fetch_rules import ParsedUrl, canonical_host, parse_url
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+T = TypeVar("T")
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _CGNAT: Final = ipaddress.ip_network("100.64.0.0/10")
@@ -110,9 +119,11 @@ def _rule_host(rule: str) -> str | None:
     return canonical_host(text)
 
 
-async def _default_resolver(host: str, port: int) -> list[str]:
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+DEFAULT_NETWORK_THREADS: Final = 4
+
+
+def _lookup(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
 
 
@@ -286,11 +297,20 @@ class HttpxFetch:
         max_redirects: int = 5,
         verify: bool | ssl.SSLContext = True,
         recheck: Callable[[str], Allow | Deny] | None = None,
+        network_threads: int = DEFAULT_NETWORK_THREADS,
     ) -> None:
         if follow_redirects and recheck is None:
             raise SuaveplanError("SAND_INVALID_ARGUMENT", "following redirects needs recheck=")
+        if isinstance(network_threads, bool) or not isinstance(network_threads, int):
+            raise SuaveplanError("SAND_INVALID_ARGUMENT", "network_threads must be an int")
+        if network_threads < 1:
+            raise SuaveplanError("SAND_INVALID_ARGUMENT", "network_threads must be at least 1")
         self._allow_private = allow_private
-        self._resolve = resolver or _default_resolver
+        self._resolve = resolver or self._default_resolver
+        # Created on first use: an adapter that never resolves or dials starts no thread.
+        self._network_threads = network_threads
+        self._network: ThreadPoolExecutor | None = None
+        self._closed = False
         self._timeout = timeout
         self._timeouts = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
         self._max_bytes = max_response_bytes
@@ -308,7 +328,32 @@ class HttpxFetch:
         )
 
     async def aclose(self) -> None:
+        self._closed = True
         await self._pool.aclose()
+        if self._network is not None:
+            # A lookup stuck in getaddrinfo cannot be interrupted: its thread ends when the
+            # resolver gives up; queued lookups are dropped, and nothing waits here.
+            self._network.shutdown(wait=False, cancel_futures=True)
+            self._network = None
+
+    async def _on_network_thread(self, fn: Callable[..., T], *args: object) -> T:
+        if self._closed:
+            raise SuaveplanError("SAND_FETCH_FAILED", "the fetch adapter is closed")
+        if self._network is None:
+            self._network = ThreadPoolExecutor(
+                self._network_threads, thread_name_prefix="suaveplan-fetch-net"
+            )
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._network, fn, *args)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            # Not this task's cancellation: `aclose` dropped the queued work.
+            raise SuaveplanError("SAND_FETCH_FAILED", "the fetch adapter is closed") from None
+
+    async def _default_resolver(self, host: str, port: int) -> list[str]:
+        return await self._on_network_thread(_lookup, host, port)
 
     async def vet(self, host: str, port: int, rule: str) -> list[str]:
         """Resolve `host` once; return every address to dial, in order, or raise.
@@ -491,7 +536,7 @@ class HttpxFetch:
             raise last
 
         try:
-            return await asyncio.to_thread(dial)
+            return await self._on_network_thread(dial)
         except TimeoutError as exc:
             raise SuaveplanError(
                 "SAND_FETCH_TIMEOUT", "the connection timed out", cause=exc

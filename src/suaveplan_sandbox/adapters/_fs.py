@@ -25,6 +25,10 @@ the file's other names keep the old contents.
 A listing stops at `max_list_entries` names (`SAND_FS_TOO_LARGE`): a directory of millions
 of entries would otherwise be held in host memory whole before any limit could apply.
 
+A write is at most `max_write_bytes`; with `max_root_bytes`, the files beneath the root are
+also held to a quota, checked before the temp file is written and again just before the
+rename, so a refused write leaves the old file as it was (`_fs_quota`).
+
 Reads and existence checks that need no I/O are answered on the calling thread; everything
 else runs on a worker thread (`asyncio.to_thread`), because a filesystem call can wait on a
 disk or a network for as long as it likes, and the caller is an event loop. Handing even a
@@ -71,6 +75,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
 
+from suaveplan_sandbox.adapters._fs_quota import RootUsage, charge, usage_for
 from suaveplan_sandbox.adapters._openat2 import (
     HOW_PATH,
     HOW_READ,
@@ -96,9 +101,9 @@ MEMORY_FILESYSTEMS: Final = frozenset({0x01021994, 0x858458F6})
 LOCAL_FILESYSTEMS: Final = MEMORY_FILESYSTEMS | frozenset(
     {0xEF53, 0x58465342, 0x9123683E, 0x794C7630, 0xF2F52010, 0x2FC12FC1, 0xCA451A4E}
 )
-_DEFAULT_MAX_READ: Final = 16 * 1024 * 1024
-_DEFAULT_MAX_WRITE: Final = 16 * 1024 * 1024
-_DEFAULT_MAX_LIST: Final = 100_000
+DEFAULT_MAX_READ_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_MAX_WRITE_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_MAX_LIST_ENTRIES: Final = 100_000
 # Bytes of the target's name kept in its temp file's name: with the rest (33 bytes) it stays
 # under NAME_MAX (255) whatever the name, which may itself be 255 bytes.
 _TMP_NAME_BYTES: Final = 100
@@ -198,15 +203,22 @@ def _components(path: str) -> list[str]:
 
 @final
 class BeneathRootFs:
-    """The default `FsAdapter`: reads, atomic writes and listings beneath `root`."""
+    """The default `FsAdapter`: reads, atomic writes and listings beneath `root`.
+
+    `max_root_bytes` (None: no quota) caps what the regular files beneath the root take,
+    each charged in whole 4 KiB blocks; a write past it is refused with `SAND_FS_TOO_LARGE`
+    (`details.reason` `quota-exceeded`) and leaves the old file in place. See `_fs_quota`
+    for how the total is known and where it is an estimate.
+    """
 
     def __init__(
         self,
         root: str | os.PathLike[str],
         *,
-        max_read_bytes: int = _DEFAULT_MAX_READ,
-        max_write_bytes: int = _DEFAULT_MAX_WRITE,
-        max_list_entries: int = _DEFAULT_MAX_LIST,
+        max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+        max_write_bytes: int = DEFAULT_MAX_WRITE_BYTES,
+        max_list_entries: int = DEFAULT_MAX_LIST_ENTRIES,
+        max_root_bytes: int | None = None,
         use_openat2: bool | None = None,
         inline_io: bool = True,
     ) -> None:
@@ -218,11 +230,17 @@ class BeneathRootFs:
         self._fd_users = 0
         self._closing = False
         self._root_fd = -1
+        if max_root_bytes is not None and (type(max_root_bytes) is not int or max_root_bytes <= 0):
+            _raise("SAND_INVALID_ARGUMENT", "max_root_bytes is a positive int, or None")
         self._root_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._root_fd_c = ctypes.c_int(self._root_fd)
         self.max_read_bytes = max_read_bytes
         self.max_write_bytes = max_write_bytes
         self.max_list_entries = max_list_entries
+        self.max_root_bytes = max_root_bytes
+        # Kept by every adapter on the root, quota or not, so that one with a quota also
+        # sees the writes of one without.
+        self._usage: RootUsage = usage_for(self._root_fd)
         self._openat2 = SYSCALL is not None and use_openat2 is not False
         if self._openat2 and not self._probe_openat2():
             if use_openat2:
@@ -426,37 +444,77 @@ class BeneathRootFs:
             name = parts[-1]
             dfd = self._open_dir(parts[:-1])
             try:
+                replaced = self._charge_of(dfd, name)
+                change = charge(len(data)) - replaced
+                self._reserve(change)
                 try:
-                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                except FileNotFoundError:
-                    pass
-                else:
-                    if stat.S_ISDIR(st.st_mode):
-                        _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected")
-                tmp = _temp_name(name)
-                rename_lock = _rename_lock_for(dfd)
-                fd = self._open_leaf(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                try:
-                    try:
-                        view = memoryview(data)
-                        while view:
-                            view = view[os.write(fd, view) :]
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                    with rename_lock:
-                        if ticket is not None and not ticket.commit():
-                            _raise("SAND_CANCELLED", "the write was cancelled")
-                        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    self._replace(dfd, name, data, replaced, ticket)
                 except BaseException:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp, dir_fd=dfd)
+                    self._usage.release(change)
                     raise
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
         except OSError as exc:
             _translate(exc)
+
+    def _charge_of(self, dfd: int, name: str) -> int:
+        """What the entry `name` now counts against the quota (a regular file's blocks; 0
+        for anything else or nothing); refuses a directory, which no write may replace."""
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return 0
+        if stat.S_ISDIR(st.st_mode):
+            _raise("SAND_FS_NOT_A_FILE", "a directory where a file was expected")
+        return charge(st.st_size) if stat.S_ISREG(st.st_mode) else 0
+
+    def _reserve(self, change: int) -> None:
+        """Count a write's change in the root's usage: against the quota if there is one
+        (measuring the tree the first time), else only once the usage is known."""
+        if self.max_root_bytes is None:
+            self._usage.note(change)
+            return
+        root = self._hold_root()
+        if root < 0:
+            _raise("SAND_FS_IO_ERROR", "the adapter is closed")
+        try:
+            self._usage.reserve(change, self.max_root_bytes, root, self.max_list_entries)
+        finally:
+            self._release_root()
+
+    def _replace(
+        self, dfd: int, name: str, data: bytes, replaced: int, ticket: _WriteTicket | None
+    ) -> None:
+        """Write `data` to a temp file beside `name` and rename it over `name`, whose charge
+        was `replaced` when the write reserved its change."""
+        tmp = _temp_name(name)
+        rename_lock = _rename_lock_for(dfd)
+        fd = self._open_leaf(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with rename_lock:
+                if ticket is not None and not ticket.commit():
+                    _raise("SAND_CANCELLED", "the write was cancelled")
+                # Under the directory's rename lock no write of this process can change the
+                # entry: what it counts now is what the rename replaces.
+                settled = replaced - self._charge_of(dfd, name)
+                self._reserve(settled)
+                try:
+                    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                except BaseException:
+                    self._usage.release(settled)
+                    raise
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
 
     def _list_sync(self, path: str) -> list[str]:
         limit = self.max_list_entries

@@ -20,6 +20,14 @@ runs). Inside the transaction the owner role cannot touch another plugin's schem
 create outside its own; before commit, any relation in the schema without the prefix rolls the
 migration back. A plugin's runtime credentials therefore cannot read another plugin's table even
 on a raw connection, and cannot run DDL at all.
+
+Disk. PostgreSQL bounds a session's temporary files (sorts, hashes, materialised CTEs that
+outgrow `work_mem`) with `temp_file_limit`, a superuser-only setting: the runtime role can
+neither set nor raise it, so `provision_postgres_plugin` sets it on that role (`ALTER ROLE
+... SET`, applied at each login; needs a superuser admin, or `temp_file_limit_bytes=None` to
+leave it to the DBA), and `PostgresDb.temp_file_limit_bytes()` reports what a session of the
+role actually has. Table data has no quota PostgreSQL can enforce per role or schema; that
+takes a tablespace on a volume with its own quota, which is the DBA's to set up.
 """
 
 from __future__ import annotations
@@ -52,6 +60,9 @@ _DML_PRIVILEGES: Final = "SELECT, INSERT, UPDATE, DELETE"
 _ROLE_ATTRIBUTES: Final = "{} NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
 
 _CANCEL_TIMEOUT: Final = 5.0
+# A plugin's temporary files at one time, as `SqliteDb.max_statement_write_bytes`.
+DEFAULT_TEMP_FILE_LIMIT_BYTES: Final = 1024**3
+_MAX_TEMP_FILE_LIMIT_KB: Final = 2**31 - 1  # PostgreSQL's own maximum (kB)
 _SHAPE_CACHE: Final = 256
 
 
@@ -74,16 +85,40 @@ async def _ensure_role(conn: Any, role: str, attributes: Any) -> None:
     await conn.execute(sql.SQL("{} {} {}").format(verb, sql.Identifier(role), attributes))
 
 
-async def provision_postgres_plugin(admin_conninfo: str, plugin: str, prefix: str) -> str:
+def _temp_file_limit_kb(limit: int | None) -> int | None:
+    if limit is None:
+        return None
+    positive_limit(limit, "temp_file_limit_bytes", "provision_postgres_plugin")
+    kb = -(-int(limit) // 1024)
+    if type(limit) is not int or kb > _MAX_TEMP_FILE_LIMIT_KB:
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "temp_file_limit_bytes is an int of at most 2 TiB, or None",
+        )
+    return kb
+
+
+async def provision_postgres_plugin(
+    admin_conninfo: str,
+    plugin: str,
+    prefix: str,
+    *,
+    temp_file_limit_bytes: int | None = DEFAULT_TEMP_FILE_LIMIT_BYTES,
+) -> str:
     """Create (or reset the password of) the plugin's roles and schema; return its conninfo.
 
     Idempotent: re-provisioning rotates the runtime role's password and keeps its grants.
+    `temp_file_limit_bytes` (rounded up to whole kB) becomes the runtime role's
+    `temp_file_limit`, which only a superuser may set: an admin that may not fails with
+    `SAND_DB_ERROR` (`details.reason` `temp-file-limit-not-settable`) and changes nothing.
+    None leaves the role's setting as it is (the DBA's).
     """
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     role, owner = _names(plugin, prefix)
+    temp_kb = _temp_file_limit_kb(temp_file_limit_bytes)
     password = secrets.token_urlsafe(24)
     try:
         async with (
@@ -98,6 +133,8 @@ async def provision_postgres_plugin(admin_conninfo: str, plugin: str, prefix: st
                     sql.Literal(password)
                 ),
             )
+            if temp_kb is not None:  # first: an admin that may not set it gets a clear error
+                await _set_temp_file_limit(conn, role, temp_kb)
             # The admin must be able to SET ROLE to the owner while migrating.
             await conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(owner)))
             await conn.execute(
@@ -121,6 +158,28 @@ async def provision_postgres_plugin(admin_conninfo: str, plugin: str, prefix: st
     params = conninfo_to_dict(admin_conninfo)
     params.update(user=role, password=password, options=f"-csearch_path={role}")
     return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+async def _set_temp_file_limit(conn: Any, role: str, kb: int) -> None:
+    """The runtime role's `temp_file_limit`, from its next login on; a refusal rolls the
+    whole provisioning back (the caller's transaction)."""
+    import psycopg
+    from psycopg import sql
+
+    try:
+        await conn.execute(
+            sql.SQL("ALTER ROLE {} SET temp_file_limit = {}").format(
+                sql.Identifier(role), sql.Literal(f"{kb}kB")
+            )
+        )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise SuaveplanError(
+            "SAND_DB_ERROR",
+            "provisioning failed: the admin may not set temp_file_limit (a superuser-only "
+            "setting); pass temp_file_limit_bytes=None and have the DBA set it",
+            {"reason": "temp-file-limit-not-settable"},
+            cause=exc,
+        ) from None
 
 
 async def _ensure_host_schema(conn: Any) -> None:
@@ -267,6 +326,16 @@ async def _run_one(
             )
 
 
+def _disk_reason(exc: Exception) -> str | None:
+    """The refusal reason of a server error about disk space, or None for any other."""
+    state = getattr(exc, "sqlstate", None)
+    if state == "53400":  # configuration_limit_exceeded: temp_file_limit
+        return "statement-write-limit"
+    if state == "53100":  # disk_full
+        return "database-full"
+    return None
+
+
 @final
 class PostgresDb:
     """Queries for one plugin over its own runtime role's connection.
@@ -279,8 +348,10 @@ class PostgresDb:
     (counted as `SqliteDb` counts them), and one that may also write (RETURNING, a
     data-modifying CTE) runs in a transaction that only commits once its rows are accepted.
     Refusals are `SAND_DB_ERROR` with `details.reason` (`statement-timeout`,
-    `result-too-large`, `closed`). A single row is still read whole before it is counted
-    (PostgreSQL builds rows of up to 1 GB).
+    `result-too-large`, `closed`, and for the disk `statement-write-limit`: past the role's
+    `temp_file_limit`, see `temp_file_limit_bytes()`; `database-full`: the server's disk).
+    A single row is still read whole before it is counted (PostgreSQL builds rows of up to
+    1 GB).
     """
 
     def __init__(
@@ -361,6 +432,25 @@ class PostgresDb:
                     )
                 self._conn = conn
             return self._conn
+
+    async def temp_file_limit_bytes(self) -> int | None:
+        """The `temp_file_limit` this adapter's sessions run under, in bytes; None when
+        unlimited (nobody set it: see `provision_postgres_plugin`). Connects if needed."""
+        import psycopg
+
+        try:
+            conn = await self._connection()
+            row = await (
+                await conn.execute(
+                    "SELECT setting::bigint FROM pg_settings WHERE name = 'temp_file_limit'"
+                )
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise SuaveplanError(
+                "SAND_DB_ERROR", f"the setting could not be read ({type(exc).__name__})", cause=exc
+            ) from None
+        kb = int(row[0]) if row is not None else -1
+        return None if kb < 0 else kb * 1024
 
     def _shape(self, sql: str) -> tuple[bool, bool]:
         shapes = self._shapes
@@ -446,7 +536,8 @@ class PostgresDb:
                 cause=exc,
             ) from None
         except psycopg.Error as exc:
-            details = {"reason": "closed"} if self._closed else {}
+            refused = "closed" if self._closed else _disk_reason(exc)
+            details = {} if refused is None else {"reason": refused}
             raise SuaveplanError(
                 "SAND_DB_ERROR",
                 f"the database refused the statement ({type(exc).__name__})",

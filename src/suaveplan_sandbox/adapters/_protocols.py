@@ -125,6 +125,10 @@ class EventsAdapter(Protocol):
 
 
 class AuditSink(Protocol):
+    """Where audit records go. Optionally it also offers `flush()`: a sink that holds some
+    records back (`JsonLinesAudit` folds denials over its rate into summaries) writes them
+    there, and the gateway calls it when it closes."""
+
     def record(self, entry: AuditRecord) -> None: ...
 
 

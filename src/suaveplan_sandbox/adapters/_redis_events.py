@@ -6,8 +6,17 @@ manifest pattern with the checker's own `topic_matches` before the handler sees 
 difference between Redis's glob and the manifest's rule can only drop an event, never deliver
 one the plugin did not subscribe to. Payloads follow the rule every bus shares
 (`_events.encode_payload`): strict JSON, anything else (bytes included) refused at `publish`
-with `SAND_INVALID_ARGUMENT`; a received message that is not strict JSON is dropped (never
-evaluated).
+with `SAND_INVALID_ARGUMENT`.
+
+Hop depth: each message carries the publisher's hop depth (`_event_envelope`), and the
+handler runs with `event_depth` set from it, so a plugin re-publishing to its own topic stops
+at `MAX_EVENT_DEPTH` with the same `event-depth` drop as on the in-process bus. What arrives is
+untrusted (any client of the server may publish): a message that is not a well-formed event
+(a bad header or depth, a payload that is not strict JSON, a channel name that is not UTF-8)
+is dropped, never evaluated, counted in `plugin.events_dropped_total{reason="event-malformed"}`
+when the bus has a metrics sink, and reported in at most one warning a second per
+subscription with its count. A message in the format before depths were carried is delivered
+as the last hop (`LEGACY_DEPTH`).
 
 Failure: a lost server surfaces as `SAND_EVENTS_ERROR` from `publish`/`subscribe` within the
 connect timeout (no hang), and ends a subscription's pump, which records the error on
@@ -24,13 +33,23 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final, final
 
-from suaveplan_sandbox.adapters._events import decode_payload, encode_payload
+from suaveplan_sandbox.adapters._event_envelope import read_event, write_event
+from suaveplan_sandbox.adapters._events import event_depth
 from suaveplan_sandbox.adapters._protocols import EventHandler
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.metrics import EVENTS_DROPPED, MetricsSink
 from suaveplan_sandbox.permissions._topic_rules import topic_matches
 
 _LOG = logging.getLogger("suaveplan_sandbox.events")
 _DEFAULT_TIMEOUT: Final = 5.0
+_MALFORMED: Final = "event-malformed"
+# Warnings about one subscription's malformed messages: at most one a second, each with the
+# count since the last (a publisher flooding junk must not flood the host's log too).
+_WARNING_INTERVAL_S: Final = 1.0
+
+
+class _Malformed(Exception):
+    """Internal: a message on the channel is not a well-formed event."""
 
 
 def _glob(pattern: str) -> str:
@@ -43,11 +62,25 @@ def _backend_failed(exc: BaseException) -> SuaveplanError:
 
 @final
 class _RedisSubscription:
-    def __init__(self, pubsub: Any, pattern: str, handler: EventHandler) -> None:
+    def __init__(
+        self,
+        pubsub: Any,
+        pattern: str,
+        handler: EventHandler,
+        *,
+        plugin: str = "",
+        metrics: MetricsSink | None = None,
+    ) -> None:
         self._pubsub = pubsub
         self._pattern = pattern
         self._handler = handler
+        self._plugin = plugin
+        self._metrics = metrics
         self.error: SuaveplanError | None = None
+        # Malformed messages dropped: all of them, and those no warning has reported yet.
+        self.malformed = 0
+        self._unreported = 0
+        self._next_warning = 0.0
         self._lost: list[Callable[[SuaveplanError], None]] = []
         self._task = asyncio.create_task(self._pump())
 
@@ -66,17 +99,10 @@ class _RedisSubscription:
     async def _pump(self) -> None:
         try:
             async for message in self._pubsub.listen():
-                if message.get("type") != "pmessage":
-                    continue
-                channel = message["channel"]
-                topic = channel.decode() if isinstance(channel, bytes) else str(channel)
-                if not topic_matches(self._pattern, topic):
-                    continue  # Redis matched, the manifest rule did not: never deliver
                 try:
-                    payload = decode_payload(message["data"])
-                    await self._handler(topic, payload)
-                except Exception as exc:
-                    _LOG.warning("event handler failed: %s", type(exc).__name__)
+                    await self._receive(message)
+                except _Malformed:
+                    self._drop_malformed()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -89,11 +115,69 @@ class _RedisSubscription:
                 except Exception as cb_exc:
                     _LOG.warning("an on_lost callback failed: %s", type(cb_exc).__name__)
 
+    async def _receive(self, message: object) -> None:
+        """Deliver one message from the server, or raise `_Malformed`; a handler's failure is
+        logged and does not end the subscription."""
+        if not isinstance(message, dict) or message.get("type") != "pmessage":
+            return
+        channel = message.get("channel")
+        if isinstance(channel, bytes):
+            try:
+                topic = channel.decode()
+            except UnicodeDecodeError:
+                raise _Malformed from None
+        elif isinstance(channel, str):
+            topic = channel
+        else:
+            raise _Malformed
+        if not topic_matches(self._pattern, topic):
+            return  # Redis matched, the manifest rule did not: never deliver
+        try:
+            depth, payload = read_event(message.get("data"))
+        except ValueError:
+            raise _Malformed from None
+        # The handler (and what it publishes) runs at the publisher's depth, as in-process.
+        token = event_depth.set(depth)
+        try:
+            await self._handler(topic, payload)
+        except Exception as exc:
+            _LOG.warning("event handler failed: %s", type(exc).__name__)
+        finally:
+            event_depth.reset(token)
+
+    def _drop_malformed(self) -> None:
+        self.malformed += 1
+        self._unreported += 1
+        if self._metrics is not None:
+            self._metrics.inc(EVENTS_DROPPED.name, {"plugin": self._plugin, "reason": _MALFORMED})
+        now = asyncio.get_running_loop().time()
+        if now >= self._next_warning:
+            self._next_warning = now + _WARNING_INTERVAL_S
+            self._report_malformed()
+
+    def _report_malformed(self) -> None:
+        count, self._unreported = self._unreported, 0
+        if count:
+            _LOG.warning(
+                "[%s] %d malformed event messages dropped (%s)",
+                self._plugin,
+                count,
+                _MALFORMED,
+                extra={
+                    "suaveplan": {
+                        "plugin": self._plugin,
+                        "reason": _MALFORMED,
+                        "dropped_events": count,
+                    }
+                },
+            )
+
     async def close(self) -> None:
         self._lost = []  # a closed subscription reports nothing
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        self._report_malformed()  # the drops the throttle held back
         try:
             await self._pubsub.aclose()
         except Exception:  # the server may already be gone; the socket is closed regardless
@@ -102,9 +186,19 @@ class _RedisSubscription:
 
 @final
 class RedisEventBus:
-    """Publish/subscribe through a Redis server at `url` (`redis://`, `rediss://`, `unix://`)."""
+    """Publish/subscribe through a Redis server at `url` (`redis://`, `rediss://`, `unix://`).
 
-    def __init__(self, url: str, *, timeout: float = _DEFAULT_TIMEOUT) -> None:
+    `metrics` (optional) counts the malformed messages subscriptions drop, as
+    `plugin.events_dropped_total{plugin, reason="event-malformed"}`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = _DEFAULT_TIMEOUT,
+        metrics: MetricsSink | None = None,
+    ) -> None:
         import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
@@ -116,6 +210,7 @@ class RedisEventBus:
             socket_timeout=timeout,
             retry=Retry(NoBackoff(), 1),
         )
+        self._metrics = metrics
 
     def __repr__(self) -> str:
         return "RedisEventBus()"
@@ -124,7 +219,7 @@ class RedisEventBus:
         await self._redis.aclose()
 
     async def publish(self, plugin: str, topic: str, payload: WireValue) -> None:
-        data = encode_payload(payload)
+        data = write_event(event_depth.get(), payload)
         try:
             await self._redis.publish(topic, data)
         except Exception as exc:
@@ -140,4 +235,4 @@ class RedisEventBus:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()
             raise _backend_failed(exc) from None
-        return _RedisSubscription(pubsub, pattern, handler)
+        return _RedisSubscription(pubsub, pattern, handler, plugin=plugin, metrics=self._metrics)

@@ -20,6 +20,15 @@ most `_LIKE_PATTERN_BYTES`, and the built-ins whose time is the product of two l
 replaced by linear ones (`_sqlite_functions`). A result is read row by row and refused past
 `max_result_rows` or `max_result_bytes`. Every refusal is `SAND_DB_ERROR` with
 `details.reason`.
+
+And for the host's disk. The database file is capped at `max_db_bytes` with
+`PRAGMA max_page_count`, which lasts as long as the connection and which no plugin statement
+can change (the gate and the authorizer refuse PRAGMA, and the `pragma_*` table-valued
+functions only read; ATTACH, which could create another file, is refused by both and by
+`SQLITE_LIMIT_ATTACHED = 0`). A statement that would grow the file past it fails with
+SQLITE_FULL, and SQLite rolls it back (`database-full`). Temporary files (sorts, DISTINCT,
+recursive CTEs) are kept on disk (`temp_store = FILE`, not in the host's memory) and bounded
+by the bytes the statement writes, `max_statement_write_bytes` (`_sqlite_writes`).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from typing import Final, TypeVar, final
 from suaveplan_sandbox.adapters._protocols import QueryResult
 from suaveplan_sandbox.adapters._sqlite_functions import LinearTextFunctions
 from suaveplan_sandbox.adapters._sqlite_params import ParameterNames
+from suaveplan_sandbox.adapters._sqlite_writes import StatementWrites, writes_are_countable
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._clock import Clock, MonotonicClock
 from suaveplan_sandbox.permissions._decision import Deny
@@ -52,6 +62,9 @@ DEFAULT_MAX_RESULT_ROWS: Final = 100_000
 DEFAULT_MAX_RESULT_BYTES: Final = 16 * 1024 * 1024  # the wire's frame: more cannot reach a guest
 DEFAULT_MAX_RESULT_COLUMNS: Final = 100
 DEFAULT_MAX_VALUE_BYTES: Final = 1024 * 1024
+DEFAULT_MAX_DB_BYTES: Final = 1024**3
+# As much as the database may hold: a sort of the whole of a full database still fits.
+DEFAULT_MAX_STATEMENT_WRITE_BYTES: Final = 1024**3
 
 # A LIKE or GLOB costs up to (text length) x (pattern length) in one engine step: with 1 MiB
 # values and this, about a second at worst.
@@ -118,6 +131,13 @@ def positive_limit(value: float, name: str, owner: str) -> None:
         raise SuaveplanError("SAND_INVALID_ARGUMENT", f"{owner} needs a positive {name}")
 
 
+def positive_int_limit(value: int, name: str, owner: str) -> None:
+    """Refuse a limit that is not a positive int (shared with `SqliteLimits`, `FsLimits`)."""
+    positive_limit(value, name, owner)
+    if not isinstance(value, int):
+        raise SuaveplanError("SAND_INVALID_ARGUMENT", f"{owner} needs an int {name}")
+
+
 @final
 class SqliteDb:
     """The embedded `DbAdapter`: `path` is the plugin's database file.
@@ -127,7 +147,11 @@ class SqliteDb:
     `max_result_rows` rows and about `max_result_bytes` bytes (`result-too-large`: text counts
     its characters, a BLOB its bytes, any other value 8, each value and row a little more);
     `max_result_columns` values a row and `max_value_bytes` a text or BLOB, also in tables
-    (`value-too-large`, or SQLite's own refusal). `close()` stops a running statement.
+    (`value-too-large`, or SQLite's own refusal); a database file of at most `max_db_bytes`
+    (`database-full`; a file already larger keeps its size as its limit); at most
+    `max_statement_write_bytes` written to disk by one statement or migration file, temporary
+    files included (`statement-write-limit`; counted only where `counts_statement_writes`).
+    `close()` stops a running statement.
     """
 
     def __init__(
@@ -141,6 +165,8 @@ class SqliteDb:
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         max_result_columns: int = DEFAULT_MAX_RESULT_COLUMNS,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_db_bytes: int = DEFAULT_MAX_DB_BYTES,
+        max_statement_write_bytes: int = DEFAULT_MAX_STATEMENT_WRITE_BYTES,
         clock: Clock | None = None,
     ) -> None:
         if dialect != "sqlite" or not plugin_prefix:
@@ -151,16 +177,18 @@ class SqliteDb:
             (max_result_bytes, "max_result_bytes"),
             (max_result_columns, "max_result_columns"),
             (max_value_bytes, "max_value_bytes"),
+            (max_db_bytes, "max_db_bytes"),
+            (max_statement_write_bytes, "max_statement_write_bytes"),
         ):
-            positive_limit(value, name, "SqliteDb")
-            if not isinstance(value, int):
-                raise SuaveplanError("SAND_INVALID_ARGUMENT", f"SqliteDb needs an int {name}")
+            positive_int_limit(value, name, "SqliteDb")
         self._prefix = plugin_prefix.lower()
         self._gate = SqlGate(plugin_prefix, dialect="sqlite")
         self._timeout = float(statement_timeout)
         self._max_rows = max_result_rows
         self._max_bytes = max_result_bytes
         self._max_columns = max_result_columns
+        self._max_db_bytes = max_db_bytes
+        self._pages_limited = False
         self._clock: Clock = clock or MonotonicClock()
         self._lock = threading.Lock()  # the connection's owner: one worker call, or close()
         self._state = threading.Lock()  # guards `_current` and `_closed` against interrupt()
@@ -179,6 +207,9 @@ class SqliteDb:
         self._denied_table_reads = False
         self._parameters = ParameterNames()
         self._functions = LinearTextFunctions(max_value_bytes=max_value_bytes)
+        self._writes = (
+            StatementWrites(max_statement_write_bytes) if writes_are_countable() else None
+        )
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suaveplan-sqlite")
         self._conn = sqlite3.connect(Path(path), isolation_level=None, check_same_thread=False)
         try:
@@ -186,6 +217,11 @@ class SqliteDb:
             self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
             self._conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, _LIKE_PATTERN_BYTES)
             self._conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, max_result_columns)
+            # Helper threads would write sort spills that the worker's counter cannot see.
+            self._conn.setlimit(sqlite3.SQLITE_LIMIT_WORKER_THREADS, 0)
+            self._conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            # Not MEMORY (a build's default may be): spills in memory are bounded by nothing.
+            self._conn.execute("PRAGMA temp_store = FILE")
             self._functions.install(self._conn)
             self._conn.set_progress_handler(self._progress, _PROGRESS_STEPS)
             self._conn.set_authorizer(self._authorize)
@@ -193,8 +229,36 @@ class SqliteDb:
             self._conn.close()
             raise
 
+    def _limit_pages(self) -> None:
+        """Under the lock, before the first statement: the file's page budget. Not in the
+        constructor, because it reads the file, and a file that is no database must fail
+        the first call with a coded error rather than the host's constructor call.
+
+        Setting it loads the schema, here under SQLite's default column limit: a table wider
+        than `max_result_columns` (the host's own migrations table has three columns) is
+        then no reason for every statement to fail as a malformed schema."""
+        if self._pages_limited:
+            return
+        columns = self._conn.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
+        self._conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, self._default_columns)
+        self._conn.set_authorizer(None)  # the authorizer refuses every PRAGMA
+        try:
+            page_size = int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+            pages = max(1, self._max_db_bytes // page_size)
+            self._conn.execute(f"PRAGMA max_page_count = {pages}")
+        finally:
+            self._conn.set_authorizer(self._authorize)
+            self._conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, columns)
+        self._pages_limited = True
+
     def __repr__(self) -> str:
         return f"SqliteDb(prefix={self._prefix!r})"
+
+    @property
+    def counts_statement_writes(self) -> bool:
+        """Whether `max_statement_write_bytes` is enforced: it needs Linux's per-thread I/O
+        counters (`/proc/thread-self/io`); elsewhere temporary files are not bounded."""
+        return self._writes is not None
 
     def close(self) -> None:
         """Stop a running statement and close the database. Idempotent; waits at most a
@@ -217,6 +281,8 @@ class SqliteDb:
     def _close_connection(self) -> None:
         """Under `_lock`, once `_closed`: idempotent."""
         self._functions.close()
+        if self._writes is not None:
+            self._writes.close()
         self._conn.close()
 
     # -- the running statement ------------------------------------------------------------
@@ -228,14 +294,20 @@ class SqliteDb:
             return 0
         if run.stop is not None:
             return 1
-        if run.deadline is not None and self._clock.now() > run.deadline:
+        now = self._clock.now()
+        if run.deadline is not None and now > run.deadline:
             run.stop = "statement-timeout"
+            return 1
+        if self._writes is not None and self._writes.exceeded(now):
+            run.stop = "statement-write-limit"
             return 1
         return 0
 
     @contextlib.contextmanager
     def _running(self, run: _Run) -> Iterator[None]:
         """`run` is the connection's running call, which `_stop` and `close` may interrupt."""
+        if self._writes is not None:
+            self._writes.begin(self._clock.now())
         with self._state:
             if self._closed and run.stop is None:
                 run.stop = "closed"
@@ -276,6 +348,9 @@ class SqliteDb:
         if reason == "statement-timeout":
             details = {"reason": reason, "limit_ms": round(self._timeout * 1000)}
             message = "the statement ran past its time limit and was rolled back"
+        elif reason == "statement-write-limit" and self._writes is not None:
+            details = {"reason": reason, "limit_bytes": self._writes.limit}
+            message = "the statement wrote more to disk than it may and was rolled back"
         elif reason is not None:
             details = {"reason": reason}
             message = f"the statement was stopped ({reason}) and rolled back"
@@ -285,6 +360,9 @@ class SqliteDb:
         elif getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_TOOBIG:
             details = {"reason": "value-too-large"}
             message = "a value is larger than the database allows"
+        elif _is_full(exc):
+            details = {"reason": "database-full"}
+            message = "the database is full; the statement was rolled back"
         else:
             message = f"the database refused the statement ({type(exc).__name__})"
         return SuaveplanError("SAND_DB_ERROR", message, details, cause=exc)
@@ -424,6 +502,7 @@ class SqliteDb:
 
     def _execute_locked(self, sql: str, params: Sequence[WireValue], run: _Run) -> QueryResult:
         try:
+            self._limit_pages()
             self._denied_table_reads = False
             try:
                 return self._run(sql, params, run)
@@ -475,6 +554,7 @@ class SqliteDb:
                     raise _closed_error()
                 self._migrating = True
                 self._conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, self._default_columns)
+                self._limit_pages()
                 return self._migrate_locked(plugin, files, version, run)
             except sqlite3.Error as exc:
                 raise SuaveplanError(
@@ -534,6 +614,8 @@ class SqliteDb:
                 details: dict[str, WireValue] = {"migration": file.name}
                 if run.stop is not None:
                     details["reason"] = run.stop
+                elif _is_full(exc):
+                    details["reason"] = "database-full"
                 raise SuaveplanError(
                     "SAND_DB_MIGRATION_FAILED",
                     f"migration failed and was rolled back ({type(exc).__name__})",
@@ -542,6 +624,13 @@ class SqliteDb:
                 ) from None
             applied.append(file.name)
         return applied
+
+
+def _is_full(exc: sqlite3.Error) -> bool:
+    """SQLITE_FULL: past `max_page_count`, or the disk itself (the file's or a temporary
+    one's) is full. Either way SQLite has rolled the statement back."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_FULL
 
 
 def _split_statements(sql: str) -> list[str]:

@@ -6,9 +6,9 @@ even if the checker were wrong):
 
 | manifest | adapter |
 |---|---|
-| `permissions.fs` | `BeneathRootFs(policy.root)` |
+| `permissions.fs` | `BeneathRootFs(policy.root)` under `fs_limits` |
 | `permissions.fetch` | `HttpxFetch` (public addresses only unless `allow_private_network=True`) |
-| `database.tablePrefix` | `SqliteDb(<data_dir>/<plugin>.sqlite3)`, migrations applied |
+| `database.tablePrefix` | `SqliteDb(<data_dir>/<plugin>.sqlite3)` under `sqlite_limits`, migrated |
 | `secrets` | the `secrets=` mapping (`StaticSecrets`), directory (`DirectorySecrets`) or adapter |
 | `events` | the `events=` bus, or a private `InProcessEventBus` |
 | always | `JsonLinesAudit` |
@@ -29,10 +29,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, final
 
-from suaveplan_sandbox.adapters._audit import JsonLinesAudit
+from suaveplan_sandbox.adapters._audit import DEFAULT_AUDIT_DENIALS_PER_S, JsonLinesAudit
 from suaveplan_sandbox.adapters._events import InProcessEventBus
 from suaveplan_sandbox.adapters._fetch import HttpxFetch
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
+from suaveplan_sandbox.adapters._limits import FsLimits, SqliteLimits
 from suaveplan_sandbox.adapters._protocols import (
     Adapters,
     DbAdapter,
@@ -42,10 +43,13 @@ from suaveplan_sandbox.adapters._protocols import (
 from suaveplan_sandbox.adapters._secrets import DirectorySecrets, StaticSecrets
 from suaveplan_sandbox.adapters._sqlite import SqliteDb, apply_migrations
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.metrics import MetricsSink
 from suaveplan_sandbox.permissions._decision import Allow, Deny
 from suaveplan_sandbox.permissions._policy import PermissionPolicy
 
 _AUDIT_LOGGER: Final = logging.getLogger("suaveplan_sandbox.audit")
+_DEFAULT_FS_LIMITS: Final = FsLimits()
+_DEFAULT_SQLITE_LIMITS: Final = SqliteLimits()
 
 SecretsSource = Mapping[str, str] | str | os.PathLike[str] | SecretsAdapter
 
@@ -136,6 +140,10 @@ async def open_standard_adapters(
     redirect_recheck: Callable[[str], Allow | Deny] | None = None,
     audit_logger: logging.Logger | None = None,
     audit_include_resource: bool = False,
+    audit_denials_per_s: int | None = DEFAULT_AUDIT_DENIALS_PER_S,
+    audit_metrics: MetricsSink | None = None,
+    fs_limits: FsLimits = _DEFAULT_FS_LIMITS,
+    sqlite_limits: SqliteLimits = _DEFAULT_SQLITE_LIMITS,
 ) -> StandardAdapters:
     """Build the standard adapter set for `policy` (see the module docstring).
 
@@ -143,9 +151,21 @@ async def open_standard_adapters(
     `database` block and no `db=` is given; a Postgres host passes its `PostgresDb` as `db=`).
     `events=` should be one bus shared by every plugin that talks to the others.
     `redirect_recheck` (e.g. a `PermissionChecker.check_fetch`) turns on redirect following.
+    `fs_limits` and `sqlite_limits` are the limits of the `BeneathRootFs` and `SqliteDb` it
+    builds (not of adapters passed in); the defaults are those adapters' own.
     Raises `SAND_INVALID_ARGUMENT` for a configuration that cannot honour the manifest and
     `SAND_DB_MIGRATION_FAILED` when the plugin's migrations do not apply.
+    `audit_denials_per_s` and `audit_metrics` are the audit sink's `denials_per_s` and
+    `metrics` (`JsonLinesAudit`: denial lines per plugin and capability a second, 10 by
+    default, None for no limit; where the count of the others goes).
     """
+    # First: an invalid audit setting is refused before anything is opened.
+    audit = JsonLinesAudit(
+        audit_logger if audit_logger is not None else _AUDIT_LOGGER,
+        include_resource=audit_include_resource,
+        denials_per_s=audit_denials_per_s,
+        metrics=audit_metrics,
+    )
     owned_fs: BeneathRootFs | None = None
     owned_fetch: HttpxFetch | None = None
     owned_db: SqliteDb | None = None
@@ -153,7 +173,13 @@ async def open_standard_adapters(
     try:
         if policy.fs_rules:
             try:
-                owned_fs = BeneathRootFs(policy.root)
+                owned_fs = BeneathRootFs(
+                    policy.root,
+                    max_read_bytes=fs_limits.max_read_bytes,
+                    max_write_bytes=fs_limits.max_write_bytes,
+                    max_list_entries=fs_limits.max_list_entries,
+                    max_root_bytes=fs_limits.max_root_bytes,
+                )
             except OSError as exc:
                 raise _invalid("the policy root is not an openable directory", exc) from None
         if policy.fetch_rules:
@@ -172,7 +198,17 @@ async def open_standard_adapters(
             folder = Path(data_dir)
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             # The manifest's name pattern keeps this one plain file name inside data_dir.
-            owned_db = SqliteDb(folder / f"{policy.plugin}.sqlite3", plugin_prefix=prefix)
+            owned_db = SqliteDb(
+                folder / f"{policy.plugin}.sqlite3",
+                plugin_prefix=prefix,
+                statement_timeout=sqlite_limits.statement_timeout,
+                max_result_rows=sqlite_limits.max_result_rows,
+                max_result_bytes=sqlite_limits.max_result_bytes,
+                max_result_columns=sqlite_limits.max_result_columns,
+                max_value_bytes=sqlite_limits.max_value_bytes,
+                max_db_bytes=sqlite_limits.max_db_bytes,
+                max_statement_write_bytes=sqlite_limits.max_statement_write_bytes,
+            )
             db_adapter = owned_db
             database = policy.manifest.database
             if database is not None and database.migrations is not None:
@@ -204,10 +240,6 @@ async def open_standard_adapters(
         if owned_fs is not None:
             owned_fs.close()
         raise
-    audit = JsonLinesAudit(
-        audit_logger if audit_logger is not None else _AUDIT_LOGGER,
-        include_resource=audit_include_resource,
-    )
     return StandardAdapters(
         adapters=adapters,
         audit=audit,

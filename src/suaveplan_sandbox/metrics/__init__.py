@@ -1,6 +1,7 @@
 """Counters for denials, budget breaches and crashes, with in-memory, Prometheus and OTel sinks."""
 
 from suaveplan_sandbox.metrics._definitions import (
+    AUDIT_DENIALS_SUPPRESSED,
     BUDGET_EXCEEDED,
     CAPABILITY_CALLS,
     EVENTS_DROPPED,
@@ -15,6 +16,7 @@ from suaveplan_sandbox.metrics._prometheus import PrometheusMetrics
 from suaveplan_sandbox.metrics._sink import FanOutMetrics, InMemoryMetrics, MetricsSink
 
 __all__ = [
+    "AUDIT_DENIALS_SUPPRESSED",
     "BUDGET_EXCEEDED",
     "CAPABILITY_CALLS",
     "EVENTS_DROPPED",

@@ -43,14 +43,23 @@ EVENTS_DROPPED: Final = MetricDefinition(
     name="plugin.events_dropped_total",
     labels=("plugin", "reason"),
     description=(
-        "Event deliveries a VM sandbox dropped: past the hop depth (event-depth) or with its"
-        " queue full (event-queue-full)."
+        "Event deliveries dropped: by a VM sandbox past the hop depth (event-depth) or with its"
+        " queue full (event-queue-full); by a Redis subscription for a message that is not a"
+        " well-formed event (event-malformed)."
     ),
 )
 LOG_LINES_SUPPRESSED: Final = MetricDefinition(
     name="plugin.log_lines_suppressed_total",
     labels=("plugin",),
     description="Plugin log lines kept from the host's logging by the per-sandbox rate.",
+)
+AUDIT_DENIALS_SUPPRESSED: Final = MetricDefinition(
+    name="plugin.audit_denials_suppressed_total",
+    labels=("plugin", "capability"),
+    description=(
+        "Denials the audit log folded into summary lines (their `suppressed` counts) over the"
+        " per-plugin rate."
+    ),
 )
 
 METRICS: Final[tuple[MetricDefinition, ...]] = (
@@ -60,5 +69,6 @@ METRICS: Final[tuple[MetricDefinition, ...]] = (
     WORKER_CRASHED,
     EVENTS_DROPPED,
     LOG_LINES_SUPPRESSED,
+    AUDIT_DENIALS_SUPPRESSED,
 )
 METRICS_BY_NAME: Final = {m.name: m for m in METRICS}
