@@ -30,6 +30,7 @@ with atheris.instrument_imports(include=["suaveplan_sandbox", "msgpack"]):
         Event,
         Failure,
         FrameDecoder,
+        Hardened,
         HostCall,
         HostFailure,
         HostReply,
@@ -126,7 +127,8 @@ def test_one_input(data: bytes) -> None:
 
 def _sample_messages() -> Iterator[Message]:
     yield Load(digest="d" * 64, bundle={"entry": "plugin.py", "files": {"plugin.py": "x = 1"}})
-    yield Ready(hardening={"landlock": True, "seccomp": "strict"}, subscriptions=["payment.*"])
+    yield Hardened(hardening={"landlock": True, "seccomp": "strict"})
+    yield Ready(subscriptions=["payment.*"])
     yield Call(id=1, name="run", args=[1, "a", None, 1.5, b"\x00"], kwargs={"k": [True]})
     yield Result(id=1, value={"ok": [1, 2, {"n": None}]})
     wire = SuaveplanError("SAND_PERM_DENIED", "denied", {"capability": "fs"}).to_wire()

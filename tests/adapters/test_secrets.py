@@ -157,3 +157,22 @@ async def test_secret_values_stay_out_of_every_gateway_output_path(
     assert '"resource":"token"' in caplog.text  # the audit line exists, with the name only
     for text in texts:
         assert VALUE not in text
+
+
+async def test_an_undecodable_secret_file_leaves_no_trace_of_its_bytes_on_the_error(
+    tmp_path: Path,
+) -> None:
+    # The UnicodeDecodeError holds the raw bytes; `from None` only hides it from tracebacks,
+    # so it must not be the error's context either.
+    (tmp_path / "binary").write_bytes(VALUE.encode() + b"\xff\xfe")
+    with pytest.raises(SuaveplanError) as info:
+        await DirectorySecrets(tmp_path).get("binary")
+    chain: list[BaseException] = []
+    link: BaseException | None = info.value
+    while link is not None and len(chain) < 10:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    assert [type(e) for e in chain] == [SuaveplanError]
+    for item in chain:
+        assert VALUE not in repr(item)
+        assert VALUE not in repr(vars(item))

@@ -14,6 +14,7 @@ from suaveplan_sandbox.protocol import (
     Event,
     Failure,
     FrameDecoder,
+    Hardened,
     HostCall,
     HostFailure,
     HostReply,
@@ -52,7 +53,8 @@ messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(HostReply, id=ids, value=plain),
     st.builds(HostFailure, id=ids, error=maps),
     st.builds(Log, level=st.sampled_from(["debug", "info", "warning", "error"]), text=st.text()),
-    st.builds(Ready, hardening=maps, subscriptions=st.lists(names, max_size=3)),
+    st.builds(Hardened, hardening=maps),
+    st.builds(Ready, subscriptions=st.lists(names, max_size=3)),
     st.builds(Event, id=ids, topic=names, subscription=names, payload=plain),
     st.builds(Load, digest=names, bundle=maps),
 )

@@ -12,6 +12,7 @@ def test_protocol_exports_are_pinned() -> None:
         "Event",
         "Failure",
         "FrameDecoder",
+        "Hardened",
         "HostCall",
         "HostFailure",
         "HostReply",

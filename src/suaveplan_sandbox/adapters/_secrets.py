@@ -103,7 +103,11 @@ class DirectorySecrets:
         try:
             return raw.decode("utf-8").rstrip("\n")
         except UnicodeDecodeError:
-            raise _unavailable() from None
+            pass
+        # Raised outside the handler: a UnicodeDecodeError holds the raw value (`.object`),
+        # and as the error's `__context__` it would travel with it (`from None` only hides it
+        # from tracebacks; `repr(err.__context__)` would still show the bytes).
+        raise _unavailable()
 
     async def get(self, name: str) -> str:
         return await asyncio.to_thread(self._read_sync, name)

@@ -10,7 +10,8 @@ scrubbed text, only to the `suaveplan_sandbox.gateway.traceback` logger at DEBUG
 operator enables. Every secret value the gateway has handed out is scrubbed from that text,
 and no log record holds the exception or its frames (which for WASM run through the guest
 thread and would keep a disposed sandbox alive). `close()` cancels every in-flight adapter
-call and makes later dispatches fail with `SAND_CANCELLED`; it is idempotent.
+call, makes later dispatches fail with `SAND_CANCELLED` and has the audit sink write what it
+held back (`flush()`, for a sink that has one); it is idempotent.
 
 `dispatch_sync` is the same request without a task: validation, the decision, the audit
 record, metrics and `on_denial` run inline on the calling thread, and so does the adapter when
@@ -46,6 +47,7 @@ from suaveplan_sandbox.adapters._protocols import (
 )
 from suaveplan_sandbox.adapters._ready import Ready
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.errors._redact import SecretRedactor
 from suaveplan_sandbox.gateway._eager import Finished, start_eagerly
 from suaveplan_sandbox.metrics import CAPABILITY_CALLS
 from suaveplan_sandbox.permissions._clock import Clock, MonotonicClock
@@ -57,7 +59,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger("suaveplan_sandbox.gateway")
 # Operator-enabled (DEBUG): scrubbed traceback text of adapter failures.
 _trace_log = logging.getLogger("suaveplan_sandbox.gateway.traceback")
-_REDACTED: Final = "[REDACTED]"
 
 DEFAULT_MAX_READ_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_WRITE_BYTES: Final = 16 * 1024 * 1024
@@ -160,8 +161,15 @@ class Gateway:
         self._inflight: set[asyncio.Future[object]] = set()
         self._subscriptions: list[Subscription] = []
         self._async_methods: dict[object, bool] = {}
-        self._secret_values: set[str] = set()
+        # Every secret value handed out: scrubbed from tracebacks and audit resources, and
+        # (through `redactor`) from the VM host's plugin errors and log lines.
+        self._secrets = SecretRedactor()
         self._closed = False
+
+    @property
+    def redactor(self) -> SecretRedactor:
+        """The secret values this gateway has handed out, to keep out of diagnostics."""
+        return self._secrets
 
     @property
     def checker(self) -> PermissionChecker:
@@ -308,12 +316,24 @@ class Gateway:
                     await closing
             except Exception as exc:
                 self._log_failure("closing a subscription failed", "events", "subscribe", exc)
+        self._flush_audit()
 
     def close_nowait(self) -> None:
         """Synchronous close for blocking facades: cancels in-flight calls."""
         self._closed = True
         for fut in list(self._inflight):
             fut.cancel()
+        self._flush_audit()
+
+    def _flush_audit(self) -> None:
+        """A sink that folds records (`JsonLinesAudit`'s denial summaries) writes what it
+        holds: the sandbox is ending, and its last window may never see another record."""
+        flush = getattr(self._audit, "flush", None)
+        if callable(flush):
+            try:
+                flush()
+            except Exception as exc:
+                self._log_failure("flushing the audit sink failed", "audit", "flush", exc)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -462,13 +482,12 @@ class Gateway:
                 self._log_failure("on_subscription_lost failed", "events", "subscribe", exc)
 
     def _scrub(self, text: str) -> str:
-        for value in sorted(tuple(self._secret_values), key=len, reverse=True):
-            text = text.replace(value, _REDACTED)
-        return text
+        # Also the value's encoded forms (a URL's %3D for `=`, repr and JSON escapes).
+        return self._secrets.scrub(text)
 
     def _remember_secret(self, raw: object) -> object:
         if isinstance(raw, str) and raw:
-            self._secret_values.add(raw)
+            self._secrets.add(raw)
         return raw
 
     def _is_async(self, method: Callable[..., object]) -> bool:
@@ -562,6 +581,10 @@ class Gateway:
         if self._audit is None:
             return
         allowed = type(decision) is Allow  # final: no subclass to miss
+        resource = decision.target if allowed else None  # type: ignore[union-attr]
+        if resource and self._secrets.active:
+            # A plugin may put a secret value it was handed in a URL, a path or SQL text.
+            resource = self._secrets.scrub(resource)
         self._audit.record(
             AuditRecord(
                 plugin=self._plugin,
@@ -571,7 +594,7 @@ class Gateway:
                 reason=None if allowed else decision.reason.value,  # type: ignore[union-attr]
                 rule=decision.rule if allowed else None,  # type: ignore[union-attr]
                 duration_ms=(self._clock.now() - started) * 1000.0,
-                resource=decision.target if allowed else None,  # type: ignore[union-attr]
+                resource=resource,
                 outcome=outcome if code is None else f"{outcome}:{code}",
                 extra=extra or {},
             )

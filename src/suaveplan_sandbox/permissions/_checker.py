@@ -21,6 +21,20 @@ _SECRET_NAME_MAX: Final = 128
 _EVENT_ACTIONS: Final = frozenset({"publish", "subscribe"})
 
 
+def _log_matcher_bug(capability: str, exc: Exception) -> None:
+    """Log a matcher's crash by type and where it happened, never its message or frames:
+    both can hold the guest's path or URL, and with it a secret value the guest put there."""
+    where = "?"
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        code = tb.tb_frame.f_code
+        where = f"{code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno} in {code.co_name}"
+    _log.error("%s check failed (%s at %s); denying", capability, type(exc).__qualname__, where)
+    exc.__traceback__ = None
+
+
 @final
 class PermissionChecker:
     """Checks requests against one policy on behalf of one plugin."""
@@ -72,8 +86,8 @@ class PermissionChecker:
     def check_fs(self, path: object, mode: object = "read") -> Allow | Deny:
         try:
             decision = self._fs_check(path, mode)
-        except Exception:  # fail closed: a matcher bug is a denial, never an escape
-            _log.exception("fs check failed; denying")
+        except Exception as exc:  # fail closed: a matcher bug is a denial, never an escape
+            _log_matcher_bug("fs", exc)
             return self.deny("fs", DenyReason.INVALID_PATH)
         if type(decision) is Allow:
             return decision
@@ -82,8 +96,8 @@ class PermissionChecker:
     def check_fetch(self, url: object) -> Allow | Deny:
         try:
             decision = self._fetch_check(url)
-        except Exception:
-            _log.exception("fetch check failed; denying")
+        except Exception as exc:
+            _log_matcher_bug("fetch", exc)
             return self.deny("fetch", DenyReason.INVALID_URL)
         if type(decision) is Allow:
             return decision
@@ -93,8 +107,8 @@ class PermissionChecker:
         """A raw TCP connect (WASM guests' sockets), judged by the fetch host rules."""
         try:
             return self._counted(self._policy.fetch.check_host(host, port))
-        except Exception:
-            _log.exception("connect check failed; denying")
+        except Exception as exc:
+            _log_matcher_bug("connect", exc)
             return self.deny("fetch", DenyReason.INVALID_URL)
 
     def check_capability(self, capability_id: object, payload: object) -> Allow | Deny:
@@ -110,8 +124,8 @@ class PermissionChecker:
             return self.deny(capability_id, DenyReason.MALFORMED_PAYLOAD)
         try:
             return self._dispatch(capability_id, payload)
-        except Exception:
-            _log.exception("%s check failed; denying", capability_id)
+        except Exception as exc:
+            _log_matcher_bug(capability_id, exc)
             return self.deny(capability_id, DenyReason.MALFORMED_PAYLOAD)
 
     def _dispatch(self, capability: str, payload: Mapping[object, object]) -> Allow | Deny:

@@ -4,6 +4,14 @@ Sans-IO in the style of h11: feed bytes with `receive_data`, pull messages with
 `next_message()` until it returns `NEED_DATA`; `encode(msg)` gives the bytes to send.
 Anything malformed, oversized or unknown raises `ProtocolError` (code `SAND_WIRE_ERROR`) and
 the decoder stays broken: the peer is not trusted to resynchronise.
+
+What a frame decodes to is bounded as well as its bytes. Every msgpack byte can be an object:
+`0x90` is an empty array, which Python holds as a 56-byte list plus an 8-byte slot, so a
+16 MiB frame of them was 1.2 GB of host memory and seconds of one loop's time. A decoder
+given `max_elements` counts the items of every array and map of a large body as they are
+built (a `list_hook`/`object_hook`, on the large-body path only: a body of at most 64 KiB
+has at most that many items) and refuses the frame (`too-many-elements`) as soon as the
+count passes it, so a frame costs about 70 bytes per element at most, plus its strings.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from suaveplan_sandbox.protocol._messages import (
     Call,
     Event,
     Failure,
+    Hardened,
     HostCall,
     HostFailure,
     HostReply,
@@ -41,7 +50,8 @@ _LENGTH: Final = struct.Struct(">I")
 # them to it). Spelled out per class: a literal list costs half of any attrgetter form.
 _LISTERS: Final[dict[type[Message], Callable[[Any], list[object]]]] = {
     Load: lambda m: ["load", m.digest, m.bundle],
-    Ready: lambda m: ["ready", m.hardening, m.subscriptions],
+    Hardened: lambda m: ["hardened", m.hardening],
+    Ready: lambda m: ["ready", m.subscriptions],
     Call: lambda m: ["call", m.id, m.name, m.args, m.kwargs],
     Result: lambda m: ["result", m.id, m.value],
     Failure: lambda m: ["failure", m.id, m.error],
@@ -131,12 +141,31 @@ _SMALL_BODY: Final = 64 * 1024
 class FrameDecoder:
     """Incremental decoder for frames from an untrusted peer."""
 
-    __slots__ = ("_broken", "_buf", "_fed", "_max", "_unpack_options", "_unpacker")
+    __slots__ = (
+        "_broken",
+        "_buf",
+        "_fed",
+        "_large_options",
+        "_max",
+        "_max_elements",
+        "_unpack_options",
+        "_unpacker",
+    )
 
-    def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_elements: int | None = None
+    ) -> None:
+        """`max_elements`: at most this many elements in one frame, counting each array as
+        one plus its items and each map as one plus its keys and values (None: no limit but
+        the frame's size). Every element takes at least a byte, so only bodies over 64 KiB
+        need counting, and the limit must be at least that. Set it where the peer is
+        untrusted."""
         if max_frame_bytes <= 0:
             raise ValueError("max_frame_bytes must be positive")
+        if max_elements is not None and max_elements < _SMALL_BODY:
+            raise ValueError(f"max_elements must be at least {_SMALL_BODY}")
         self._max = max_frame_bytes
+        self._max_elements = max_elements
         limit = max_frame_bytes
         self._unpack_options: dict[str, Any] = {
             "raw": False,
@@ -155,6 +184,14 @@ class FrameDecoder:
         self._unpacker = msgpack.Unpacker(
             **self._unpack_options, read_size=_SMALL_BODY, max_buffer_size=_SMALL_BODY
         )
+        self._large_options = self._unpack_options
+        if max_elements is not None:
+            # No single array or map may announce more than the whole frame may hold.
+            self._large_options = {
+                **self._unpack_options,
+                "max_array_len": min(limit, max_elements),
+                "max_map_len": min(limit, max_elements // 2 or 1),
+            }
         self._fed = 0
         self._buf = bytearray()
         self._broken = False
@@ -199,8 +236,13 @@ class FrameDecoder:
                 raw = unpacker.unpack()
                 if unpacker.tell() != self._fed:
                     raise ValueError("extra data after the message")
-            else:
+            elif self._max_elements is None:
                 raw = msgpack.unpackb(body, **self._unpack_options)
+            else:
+                raw = _unpack_counted(body, self._max_elements, self._large_options)
+        except _TooManyElements:
+            self._broken = True
+            raise ProtocolError("too-many-elements") from None
         except Exception as exc:  # msgpack raises many types; all mean "malformed"
             self._broken = True
             raise ProtocolError("undecodable", exc) from exc
@@ -220,6 +262,34 @@ class FrameDecoder:
         except (TypeError, ValueError) as exc:
             self._broken = True
             raise ProtocolError("invalid-field", exc) from exc
+
+
+class _TooManyElements(Exception):
+    """Internal: a frame holds more array items and map entries than its decoder allows."""
+
+
+def _unpack_counted(body: bytearray, budget: int, options: dict[str, Any]) -> object:
+    """`unpackb(body)`, refused as soon as its arrays and maps hold more than `budget` items
+    (a map entry is two). The hooks see each container when it is complete, inner ones
+    first, so the count stops a frame of many small containers early; one large container
+    is bounded by `max_array_len`/`max_map_len` before its items are read."""
+    left = budget
+
+    def count_list(items: list[Any]) -> list[Any]:
+        nonlocal left
+        left -= len(items) + 1
+        if left < 0:
+            raise _TooManyElements
+        return items
+
+    def count_map(entries: dict[str, Any]) -> dict[str, Any]:
+        nonlocal left
+        left -= 2 * len(entries) + 1
+        if left < 0:
+            raise _TooManyElements
+        return entries
+
+    return msgpack.unpackb(body, list_hook=count_list, object_hook=count_map, **options)
 
 
 def _builder(cls: type[Message], names: tuple[str, ...]) -> Callable[[list[Any]], Message]:

@@ -62,8 +62,11 @@ def _check_load(digest: object, bundle: object) -> None:
     _check_map(bundle, "bundle")
 
 
-def _check_ready(hardening: object, subscriptions: object) -> None:
+def _check_hardened(hardening: object) -> None:
     _check_map(hardening, "hardening")
+
+
+def _check_ready(subscriptions: object) -> None:
     if type(subscriptions) is not list:
         raise ValueError("subscriptions must be a list")
     for topic in subscriptions:
@@ -139,15 +142,27 @@ class Load(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Hardened(Message):
+    """Worker → host: hardening applied (its report's wire form), sent before any plugin
+    code runs, so the report is the worker's own and not something plugin code could have
+    written after escaping the interpreter."""
+
+    TYPE: ClassVar[str] = "hardened"
+    hardening: dict[str, object]
+
+    def __post_init__(self) -> None:
+        _check_hardened(self.hardening)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ready(Message):
-    """Worker → host: hardening applied (its report's wire form), plugin started."""
+    """Worker → host: the plugin's module code ran; it subscribed to `subscriptions`."""
 
     TYPE: ClassVar[str] = "ready"
-    hardening: dict[str, object]
     subscriptions: list[str]
 
     def __post_init__(self) -> None:
-        _check_ready(self.hardening, self.subscriptions)
+        _check_ready(self.subscriptions)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,7 +274,19 @@ class Event(Message):
 
 MESSAGE_TYPES: Final[dict[str, type[Message]]] = {
     cls.TYPE: cls
-    for cls in (Load, Ready, Call, Result, Failure, HostCall, HostReply, HostFailure, Log, Event)
+    for cls in (
+        Load,
+        Hardened,
+        Ready,
+        Call,
+        Result,
+        Failure,
+        HostCall,
+        HostReply,
+        HostFailure,
+        Log,
+        Event,
+    )
 }
 
 FIELD_NAMES: Final[dict[type[Message], tuple[str, ...]]] = {
@@ -268,6 +295,7 @@ FIELD_NAMES: Final[dict[type[Message], tuple[str, ...]]] = {
 
 CHECKS: Final[dict[type[Message], Callable[..., None]]] = {
     Load: _check_load,
+    Hardened: _check_hardened,
     Ready: _check_ready,
     Call: _check_call,
     Result: _check_reply,

@@ -61,12 +61,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import signal
 import socket
 import threading
+import traceback
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,8 +77,10 @@ import psutil
 
 from suaveplan_sandbox._loop_thread import LoopThread
 from suaveplan_sandbox.adapters import Adapters, StandardAdapters, open_standard_adapters
+from suaveplan_sandbox.adapters import _events as _bus
 from suaveplan_sandbox.adapters._protocols import EventHandler, QueryResult
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.errors._redact import SecretRedactor
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import (
     EVENTS_DROPPED,
@@ -101,6 +104,7 @@ from suaveplan_sandbox.protocol import (
     Event,
     Failure,
     FrameDecoder,
+    Hardened,
     HostCall,
     HostFailure,
     HostReply,
@@ -124,6 +128,8 @@ from suaveplan_sandbox.vm._worker_loop import (
 from suaveplan_sandbox.vm._zygote import fork_server
 
 _log = logging.getLogger("suaveplan_sandbox.vm")
+# Operator-enabled (DEBUG): scrubbed traceback text of the host's own unexpected failures.
+_trace_log = logging.getLogger("suaveplan_sandbox.vm.traceback")
 
 # RLIMIT_AS is virtual memory; the interpreter maps far more than it touches.
 INTERPRETER_SLACK_BYTES: Final = 512 * 1024 * 1024
@@ -134,6 +140,13 @@ _EARLY_S: Final = 1e-4
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 # A worker that stops reading while the host has this much queued for it is killed.
 MAX_OUTBOUND_BYTES: Final = 4 * DEFAULT_MAX_FRAME_BYTES
+# Array items and map keys and values in one worker frame (see `FrameDecoder`): a frame
+# decodes to at most about 70 bytes an element, not the 1.2 GB a 16 MiB frame of empty
+# arrays used to cost the host (and seconds of its loop).
+MAX_FRAME_ELEMENTS: Final = DEFAULT_MAX_FRAME_BYTES // 8
+# With a wallClockMs budget, the worker must report ready (hardening applied, the plugin's
+# module code run) within the budget plus this; a worker that stalls is killed.
+START_GRACE_S: Final = 10.0
 _RECV_BYTES: Final = 262144
 # RLIMIT_CPU backstop per call (seconds of CPU) when the manifest sets no wallClockMs budget:
 # generous enough for any honest call, finite so a runaway worker ends even if the host's
@@ -152,9 +165,10 @@ MAX_RECORDED_LOG_CHARS: Final = 1024 * 1024
 DEFAULT_LOG_LINES_PER_S: Final = 100
 MAX_FORWARDED_LOG_CHARS: Final = 4096
 # An event published while a sandbox handles an event is one hop deeper; deliveries deeper
-# than this are dropped (a subscriber re-publishing to its own topic, two plugins answering
-# each other). A host's own publish starts at depth 1.
-MAX_EVENT_DEPTH: Final = 8
+# than `MAX_EVENT_DEPTH` are dropped (a subscriber re-publishing to its own topic, two plugins
+# answering each other). A host's own publish starts at depth 1. The limit and the hop count
+# (`_event_depth`) live with the buses, which carry the count (Redis: in the message).
+MAX_EVENT_DEPTH: Final = _bus.MAX_EVENT_DEPTH
 # Event deliveries one sandbox holds waiting for its worker, by count and by encoded bytes;
 # more are dropped. Calls are not counted: how fast the host calls is the host's choice.
 MAX_QUEUED_EVENTS: Final = 1024
@@ -170,10 +184,9 @@ _LOG_LEVELS: Final = {
 }
 # The hop count of the event delivery whose host call is being served (0: a plugin call or
 # the host itself). Set around an `events` host call; the bus's handlers run in (a copy of)
-# that context, so a delivery it causes knows how deep it is, on any sandbox or thread.
-_event_depth: Final[contextvars.ContextVar[int]] = contextvars.ContextVar(
-    "suaveplan_vm_event_depth", default=0
-)
+# that context, or a cross-process bus sets it from the message, so a delivery it causes
+# knows how deep it is, on any sandbox, thread or host.
+_event_depth: Final = _bus.event_depth
 
 
 # Codes only the host may produce: a worker claiming one is lying (a plugin can construct any
@@ -296,6 +309,17 @@ _TRANSITIONS: Final[dict[tuple[str, str], str]] = {
 }
 
 
+def _startup_error(wire: dict[str, object], *, hardened: bool) -> SuaveplanError:
+    """The worker's report that it could not start, as the host will believe it: a missing
+    hardening layer is the worker's own finding only before its `Hardened` report (no plugin
+    code has run yet); any other host-only code, or a denial (no request can be made before
+    the plugin is ready), came from plugin code and is re-coded."""
+    err = SuaveplanError.from_wire(wire)
+    if err.code == "SAND_VM_HARDENING_UNAVAILABLE" and not hardened:
+        return err
+    return _recode_guest_error(err)
+
+
 def _crashed(why: str) -> SuaveplanError:
     return SuaveplanError("SAND_VM_WORKER_CRASHED", "the worker process died", {"why": why})
 
@@ -345,7 +369,11 @@ class VmSandbox:
         self._sock: socket.socket | None = None
         self._fd = -1
         self._lifeline = -1
-        self._decoder = FrameDecoder(max_frame_bytes=DEFAULT_MAX_FRAME_BYTES)
+        self._decoder = FrameDecoder(
+            max_frame_bytes=DEFAULT_MAX_FRAME_BYTES, max_elements=MAX_FRAME_ELEMENTS
+        )
+        # The gateway's record of the secret values it handed out (set with the gateway).
+        self._redactor = SecretRedactor()
         self._out = bytearray()
         self._pid = 0
         self._job: _Job | None = None
@@ -621,9 +649,35 @@ class VmSandbox:
             self._crash(_crashed(f"wire:{exc.details.get('reason')}"))
         except SuaveplanError as exc:
             self._crash(exc)
-        except Exception:  # lifecycle rule: anything unexpected is terminal
-            _log.exception("worker channel failed for plugin %s", self._plugin)
+        except Exception as exc:  # lifecycle rule: anything unexpected is terminal
+            self._log_failure("worker channel failed", exc)
             self._crash(_crashed("host-error"))
+
+    def _log_failure(self, what: str, exc: BaseException) -> str:
+        """Log a host-side failure as the gateway does: its type and a correlation id, never
+        its text (which can hold what the worker sent, a secret included) or its frames; the
+        traceback, scrubbed, only to `suaveplan_sandbox.vm.traceback` at DEBUG."""
+        correlation = uuid.uuid4().hex[:16]
+        kind = type(exc).__qualname__
+        _log.error(
+            "%s for plugin %s: %s (correlation_id=%s)",
+            what,
+            self._plugin,
+            kind,
+            correlation,
+            extra={
+                "suaveplan": {
+                    "plugin": self._plugin,
+                    "error_type": kind,
+                    "correlation_id": correlation,
+                }
+            },
+        )
+        if _trace_log.isEnabledFor(logging.DEBUG):
+            text = self._redactor.scrub("".join(traceback.format_exception(exc)))
+            _trace_log.debug("traceback (correlation_id=%s):\n%s", correlation, text)
+        exc.__traceback__ = None
+        return correlation
 
     def _handle(self, msg: Message) -> None:
         kind = type(msg)
@@ -632,7 +686,8 @@ class VmSandbox:
             job = self._job
             if job is None or msg.id != job.id:
                 if isinstance(msg, Failure) and msg.id == 0 and not self._ready.done():
-                    self._ready.set_exception(SuaveplanError.from_wire(msg.error))
+                    hardened = self._hardening is not None
+                    self._ready.set_exception(_startup_error(msg.error, hardened=hardened))
                     return
                 raise _crashed("unexpected-reply")
             self._finish(job, msg)
@@ -644,9 +699,20 @@ class VmSandbox:
             self._start_host_call(msg, job)
         elif kind is Log:
             assert isinstance(msg, Log)
+            if self._job is None and self._ready.done():
+                # An honest worker logs only while it loads or serves a job: an idle one
+                # sending lines would have the host decode and log them for ever.
+                raise _crashed("log-outside-call")
             self._on_log(msg.level, msg.text)
         elif isinstance(msg, Ready) and not self._ready.done():
+            if self._hardening is None:  # the report comes first, before any plugin code
+                raise _crashed("bad-ready")
             self._ready.set_result(msg)
+        elif isinstance(msg, Hardened) and self._hardening is None and not self._ready.done():
+            try:
+                self._hardening = HardeningReport.from_wire(msg.hardening)
+            except ValueError:
+                raise _crashed("bad-hardened") from None
         else:
             raise _crashed("out-of-protocol")
 
@@ -696,11 +762,13 @@ class VmSandbox:
                 job.denials = job.denials | {key}
             return HostFailure(id=msg.id, error=exc.to_wire())  # type: ignore[arg-type]
         # The gateway translates adapter errors; answer, never leave the guest hanging.
-        _log.error("host call failed for plugin %s", self._plugin, exc_info=exc)
+        correlation = self._log_failure("host call failed", exc)
         return HostFailure(
             id=msg.id,
             error=SuaveplanError(  # type: ignore[arg-type]
-                "SAND_ADAPTER_FAILED", "the host failed to serve the request"
+                "SAND_ADAPTER_FAILED",
+                "the host failed to serve the request",
+                {"correlation_id": correlation},
             ).to_wire(),
         )
 
@@ -750,10 +818,22 @@ class VmSandbox:
         if self._sampling and self._loop.time() >= self._next_sample and not self._sample():
             return  # the sample breached a budget: the job failed with it
         err: SuaveplanError | None = None
+        if job.awaiting_host:
+            # The worker answered while its host call was still running: an honest one waits
+            # for the reply, and ending the job would leave that adapter call behind, free to
+            # run beside the next job's.
+            raise _crashed("reply-during-hostcall")
         if type(msg) is Failure:
-            err = _recode_guest_error(SuaveplanError.from_wire(msg.error), job.denials)
+            wire = msg.error
+            if type(wire.get("code")) is not str or type(wire.get("message")) is not str:
+                # Not `to_wire()` data: from_wire would make it a SAND_WIRE_ERROR that the
+                # caller gets while the worker lives on; a broken protocol ends the worker.
+                raise _crashed("malformed-error")
+            err = _recode_guest_error(SuaveplanError.from_wire(wire), job.denials)
             if self._is_memory_breach(err):
                 return  # still the current job: the crash failed it with BUDGET_EXCEEDED
+            if self._redactor.active:  # errors are diagnostics: no secret value handed out
+                err = self._redactor.scrub_error(err)
         if self._wall_s is not None:
             self._tracker.end_call()
         self._job = None
@@ -926,6 +1006,8 @@ class VmSandbox:
 
     # -- plugin log lines -----------------------------------------------------------------
     def _on_log(self, level: str, text: str) -> None:
+        if self._redactor.active:  # no secret value handed out, in `logs` or the host's log
+            text = self._redactor.scrub(text)
         self.logs_total += 1
         logs = self._logs
         logs.append((level, text))
@@ -1060,6 +1142,7 @@ async def create_vm_sandbox(
         sb._owned = await open_standard_adapters(
             policy,
             data_dir=data_dir,
+            audit_metrics=sb._metrics,
             db=None if data_dir is not None or policy.table_prefix is None else _NoDatabase(),
         )
         adapters = sb._owned.adapters
@@ -1074,6 +1157,7 @@ async def create_vm_sandbox(
         clock=clock,
         on_denial=lambda deny, _cap, _op: sb._record_denial(deny),
     )
+    sb._redactor = sb._gateway.redactor
     budgets = policy.budgets
     sb._tracker = BudgetTracker(budgets, plugin=sb._plugin, metrics=sb._metrics, clock=clock)
     if budgets.wall_clock_ms is not None:
@@ -1111,10 +1195,17 @@ async def create_vm_sandbox(
         sb._loop.add_reader(sb._fd, sb._on_readable)
         if sb._sampling:  # only the CPU/RSS sampler reads it; it costs /proc reads
             sb._proc = _sampled_process(sb._pid)
-        ready = await sb._ready
+        if sb._wall_s is None:
+            ready = await sb._ready
+        else:
+            # `shield`: on timeout the future stays ours (dispose settles it).
+            start_s = sb._wall_s + START_GRACE_S
+            try:
+                ready = await asyncio.wait_for(asyncio.shield(sb._ready), start_s)
+            except TimeoutError:
+                raise _crashed("start-timeout") from None
         if len(ready.subscriptions) > MAX_SUBSCRIPTIONS:  # the guest runtime refuses more
             raise _crashed("too-many-subscriptions")
-        sb._hardening = HardeningReport.from_wire(ready.hardening)
         sb._subscriptions = list(ready.subscriptions)
         sb._move("ready")
     except BaseException:

@@ -36,6 +36,7 @@ from suaveplan_sandbox.protocol import (
     Event,
     Failure,
     FrameDecoder,
+    Hardened,
     HostCall,
     HostFailure,
     HostReply,
@@ -221,13 +222,15 @@ def serve(
             )
         )
 
+    # Before any plugin code runs: after it, a worker's word is the plugin's word.
+    chan.send(Hardened(hardening=hardening))
     runtime = GuestRuntime(compiled, host_call=host_call, log=log)
     try:
         runtime.start()
     except SuaveplanError as exc:
         chan.send(Failure(id=0, error=exc.to_wire()))  # type: ignore[arg-type]
         raise SystemExit(0) from None
-    chan.send(Ready(hardening=hardening, subscriptions=runtime.subscriptions()))
+    chan.send(Ready(subscriptions=runtime.subscriptions()))
     while True:
         msg = chan.backlog.popleft() if chan.backlog else chan.read(chan.for_call)
         if type(msg) is Call:

@@ -409,7 +409,7 @@ from suaveplan_sandbox.protocol import Ready, encode
 for obj in gc.get_objects():
     if type(obj).__name__ == "socket" and hasattr(obj, "sendall"):
         topics = ["orders.%d" % i for i in range({MAX_SUBSCRIPTIONS + 1})]
-        obj.sendall(encode(Ready(hardening={{}}, subscriptions=topics)))
+        obj.sendall(encode(Ready(subscriptions=topics)))
         break
 """
 
