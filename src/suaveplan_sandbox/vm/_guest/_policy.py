@@ -2,7 +2,13 @@
 
 Direct `eval(...)`/`exec(...)`/`compile(...)` calls are rewritten to `__sp_direct_eval__()`,
 which raises SAND_VM_EVAL_REJECTED at runtime (the plugin still loads). `.format` and
-`.format_map` attribute loads are rewritten to a guarded helper.
+`.format_map` attribute loads are rewritten to a guarded helper. A `_private` attribute
+(`obj._x`, read, written or deleted) goes through `__sp_private__(obj, "_x", store)` first,
+which lets it through only when the name resolves to the plugin's own class, instance,
+function or module (a foreign `ForwardRef._evaluate` or `Enum._convert_` would run
+`eval` or hand out a real module). A decorated dunder method in a class body is checked to
+stay a method (`__sp_dunder_def__`), so a decorator cannot turn `def __match_args__` into
+the tuple a `match` class pattern reads attribute names from.
 """
 
 from __future__ import annotations
@@ -79,6 +85,15 @@ FRAME_ATTRS: Final = frozenset(
 EVAL_NAMES: Final = frozenset({"eval", "exec", "compile"})
 DIRECT_EVAL: Final = "__sp_direct_eval__"
 GUARD_FORMAT: Final = "__sp_format__"
+GUARD_PRIVATE: Final = "__sp_private__"
+GUARD_DUNDER_DEF: Final = "__sp_dunder_def__"
+GUARD_PURE: Final = "__sp_pure_self__"
+PURE_FLAG: Final = "__sp_self__"
+GUARD_CLASS_STAMP: Final = "__sp_class_stamp__"
+CLASS_STAMP: Final = "__sp_class__"
+# Attribute names that hand out the unguarded `str.format` when read natively (by a match
+# class pattern, a dataclass field of a `str` subclass, ...).
+FORMAT_ATTRS: Final = frozenset({"format", "format_map"})
 
 _ALLOWED_NODES: Final[tuple[type[ast.AST], ...]] = (
     ast.Module,
@@ -183,12 +198,24 @@ _ALLOWED_NODES: Final[tuple[type[ast.AST], ...]] = (
 
 
 def norm(name: str) -> str:
-    return unicodedata.normalize("NFKC", name)
+    """The exact `str` an attribute lookup of `name` uses, NFKC-normalised like identifiers.
+
+    `str.__str__` first: a guest's `str` subclass could override `startswith`, `lstrip`,
+    `__eq__`... (and `normalize` hands an already-normal subclass back unchanged), making
+    `"__globals__"` look harmless to a check while getattr() still looks it up."""
+    return unicodedata.normalize("NFKC", str.__str__(name))
 
 
 def is_forbidden_attr(name: str) -> bool:
     n = norm(name)
     return n.startswith("__") or n in FRAME_ATTRS or n.startswith("co_")
+
+
+def is_guarded_attr(name: str) -> bool:
+    """A name native code must not read for the guest unless ownership was checked: forbidden
+    ones, `_private` ones and the two `str` formatting methods."""
+    n = norm(name)
+    return is_forbidden_attr(n) or n.startswith("_") or n in FORMAT_ATTRS
 
 
 def _err(code: str, msg: str, filename: str, node: ast.AST, **extra: str) -> SuaveplanError:
@@ -232,7 +259,19 @@ class _Checker(ast.NodeTransformer):
                 node,
             )
         self.generic_visit(node)
-        if node.attr in ("format", "format_map") and isinstance(node.ctx, ast.Load):
+        if node.attr.startswith("_"):
+            # Checked at run time against the receiver: only the plugin's own objects.
+            store = not isinstance(node.ctx, ast.Load)
+            node.value = ast.copy_location(
+                ast.Call(
+                    func=ast.Name(id=GUARD_PRIVATE, ctx=ast.Load()),
+                    args=[node.value, ast.Constant(node.attr), ast.Constant(store)],
+                    keywords=[],
+                ),
+                node.value,
+            )
+            return node
+        if node.attr in FORMAT_ATTRS and isinstance(node.ctx, ast.Load):
             call = ast.Call(
                 func=ast.Name(id=GUARD_FORMAT, ctx=ast.Load()),
                 args=[node.value, ast.Constant(node.attr)],
@@ -267,9 +306,16 @@ class _Checker(ast.NodeTransformer):
         saved = self.class_depth
         self.class_depth = 0
         try:
-            return self.generic_visit(node)
+            self.generic_visit(node)
         finally:
             self.class_depth = saved
+        if name.startswith("__") and node.decorator_list:
+            # Outermost, so it sees what the plugin's decorators made of the method.
+            node.decorator_list.insert(
+                0, ast.copy_location(ast.Name(id=GUARD_DUNDER_DEF, ctx=ast.Load()), node)
+            )
+        _check_self_once(node)
+        return node
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
         self._check_arg_names(node.args)
@@ -287,9 +333,21 @@ class _Checker(ast.NodeTransformer):
             )
         self.class_depth += 1
         try:
-            return self.generic_visit(node)
+            self.generic_visit(node)
         finally:
             self.class_depth -= 1
+        # `__sp_class__ = __sp_class_stamp__()`: the namespace carries the token of the
+        # `__build_class__` running it, so hooks that run while the class is being made
+        # (an Enum member's `__init__`, `__init_subclass__`, `__set_name__`) already see it
+        # as the plugin's. Removed from the class once it is built.
+        token = ast.Assign(
+            targets=[ast.Name(id=CLASS_STAMP, ctx=ast.Store())],
+            value=ast.Call(
+                func=ast.Name(id=GUARD_CLASS_STAMP, ctx=ast.Load()), args=[], keywords=[]
+            ),
+        )
+        node.body.insert(1 if _has_docstring(node.body) else 0, ast.copy_location(token, node))
+        return node
 
     def _check_bound_name(self, name: str | None, node: ast.AST) -> None:
         # Binding forms whose target is a plain str, not a Name node: a dunder bound here
@@ -326,9 +384,29 @@ class _Checker(ast.NodeTransformer):
             self._check_bound_name(name, node)
         return self.generic_visit(node)
 
+    def _check_pattern_name(self, expr: ast.expr, node: ast.AST) -> None:
+        # A pattern's class or value is a dotted name the compiler requires as written: a
+        # guarded attribute in it cannot be rewritten to its guard, so it is refused.
+        while isinstance(expr, ast.Attribute):
+            if is_guarded_attr(expr.attr):
+                raise _err(
+                    "SAND_VM_ATTRIBUTE_FORBIDDEN",
+                    "a pattern may not name a private or formatting attribute",
+                    self.filename,
+                    node,
+                )
+            expr = expr.value
+
+    def visit_MatchValue(self, node: ast.MatchValue) -> ast.AST:
+        self._check_pattern_name(node.value, node)
+        return self.generic_visit(node)
+
     def visit_MatchClass(self, node: ast.MatchClass) -> ast.AST:
+        self._check_pattern_name(node.cls, node)
+        # A keyword pattern is a native getattr on any subject the class admits (an ABC
+        # admits whatever its `__subclasshook__` says): no private or formatting names.
         for attr in node.kwd_attrs:
-            if is_forbidden_attr(attr):
+            if is_guarded_attr(attr):
                 raise _err(
                     "SAND_VM_ATTRIBUTE_FORBIDDEN",
                     "match attribute not allowed",
@@ -365,6 +443,98 @@ class _Checker(ast.NodeTransformer):
         if isinstance(node.value, str) and "{" in node.value:
             check_format_string(node.value, self.filename, node)
         return node
+
+
+_SCOPES: Final = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _binds(node: ast.AST, me: str, first: ast.arg) -> bool:
+    """Whether anything in `node` (nested scopes included) binds the name `me`."""
+    for n in ast.walk(node):
+        bound: list[str | None] = []
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            bound.append(n.id)
+        elif isinstance(n, ast.arg) and n is not first:
+            bound.append(n.arg)
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+            bound.append(n.name)
+        elif isinstance(n, ast.MatchMapping):
+            bound.append(n.rest)
+        elif isinstance(n, ast.alias):
+            bound += [n.asname, n.name.split(".")[0]]
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            bound += n.names
+        elif isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n is not node:
+            bound.append(n.name)
+        if me in bound:
+            return True
+    return False
+
+
+def _own_scope(nodes: list[ast.stmt]) -> list[ast.AST]:
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = list(nodes)
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        if not isinstance(n, _SCOPES):
+            todo.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _check_self_once(node: ast.FunctionDef) -> None:
+    """`self._x` in a method: the receiver is checked once when the function starts.
+
+    A pure plugin class (only plugin classes and `object` in its MRO) has nothing but
+    plugin code and data behind any `_private` name, and neither an object's class nor a
+    class's MRO can change (no dunder can be written). So when `self` (or `cls`) is never
+    rebound, `__sp_self__ = __sp_pure_self__(self)` at entry lets each guarded access in
+    the function's own scope skip the call: `(self if __sp_self__ else __sp_private__(...))`.
+    """
+    params = [*node.args.posonlyargs, *node.args.args]
+    if not params or params[0].arg not in ("self", "cls"):
+        return
+    me, first = params[0].arg, params[0]
+    sites = [
+        n
+        for n in _own_scope(node.body)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Call)
+        and isinstance(n.value.func, ast.Name)
+        and n.value.func.id == GUARD_PRIVATE
+        and isinstance(n.value.args[0], ast.Name)
+        and n.value.args[0].id == me
+    ]
+    if not sites or _binds(node, me, first):
+        return
+    for site in sites:
+        call = site.value
+        site.value = ast.copy_location(
+            ast.IfExp(
+                test=ast.Name(id=PURE_FLAG, ctx=ast.Load()),
+                body=ast.Name(id=me, ctx=ast.Load()),
+                orelse=call,
+            ),
+            call,
+        )
+    flag = ast.Assign(
+        targets=[ast.Name(id=PURE_FLAG, ctx=ast.Store())],
+        value=ast.Call(
+            func=ast.Name(id=GUARD_PURE, ctx=ast.Load()),
+            args=[ast.Name(id=me, ctx=ast.Load())],
+            keywords=[],
+        ),
+    )
+    node.body.insert(1 if _has_docstring(node.body) else 0, ast.copy_location(flag, node.body[0]))
+
+
+def _has_docstring(body: list[ast.stmt]) -> bool:
+    return bool(
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    )
 
 
 def check_format_string(

@@ -1,8 +1,10 @@
 """Worker side: compile a checked bundle, build frozen builtins and facades, run the plugin.
 
 Design: checks are compile-time (see `_policy`); at runtime only `getattr`-family builtins,
-`type()`, `.format` and imports are guarded. Facades keep their contents out of reach of
-plain attribute access (`__getattribute__` serves only the curated mapping).
+`type()`, `.format`, `_private` attributes (`_guards`, skipped for `self` of a pure plugin
+class), class creation and imports are guarded, plus the stdlib guards of `_guards`.
+Facades keep their contents out of reach of plain attribute access (`__getattribute__`
+serves only the curated mapping).
 """
 
 from __future__ import annotations
@@ -17,19 +19,40 @@ import json as _json
 import sys
 import types
 import typing as _typing
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.vm._guest._guards import (
+    PLUGIN_CLASSES,
+    PLUGIN_MODULES,
+    build_plugin_class,
+    check_dataclass_fields,
+    check_match_args,
+    g_class_stamp,
+    g_dunder_def,
+    g_private,
+    g_pure,
+    install_stdlib_guards,
+    mark_plugin_class,
+    private_ok,
+    refuse_metaclass,
+)
+from suaveplan_sandbox.vm._guest._guards import __file__ as _guards_file
 from suaveplan_sandbox.vm._guest._loader import PluginBundle, check_plugin_module
 from suaveplan_sandbox.vm._guest._policy import (
     ALLOWED_MODULES,
     DIRECT_EVAL,
+    FORMAT_ATTRS,
+    GUARD_CLASS_STAMP,
+    GUARD_DUNDER_DEF,
     GUARD_FORMAT,
+    GUARD_PRIVATE,
+    GUARD_PURE,
     check_format_string,
     is_forbidden_attr,
+    is_guarded_attr,
     norm,
 )
 from suaveplan_sandbox.vm._guest._policy import __file__ as _policy_file
@@ -159,6 +182,38 @@ class Facade:
         return f"<facade {object.__getattribute__(self, '_sp_label')}>"
 
 
+def _frozen(value: object) -> object:
+    """A facade's mutable container (urllib.parse's scheme lists, hashlib's algorithm sets,
+    typing.EXCLUDED_ATTRIBUTES that the Protocol guard relies on) as a read-only copy: the
+    module's own stays as trusted code sees it."""
+    if type(value) is list:
+        return tuple(value)
+    if type(value) is set:
+        return frozenset(value)
+    if type(value) is dict:
+        return types.MappingProxyType(dict(value))
+    return value
+
+
+def _typing_plain(value: object) -> object:
+    if value is _b.type:
+        return GuardedType
+    if type(value) is tuple:
+        return tuple(_typing_plain(v) for v in value)
+    if type(value) is list:
+        return [_typing_plain(v) for v in value]
+    return value
+
+
+def _g_get_origin(tp: object) -> object:
+    # `typing.get_origin(typing.Type)` is the real `type`.
+    return _typing_plain(_typing.get_origin(tp))
+
+
+def _g_get_args(tp: object) -> object:
+    return _typing_plain(_typing.get_args(tp))
+
+
 _MODULE_FACADES: dict[str, Facade] = {}
 # id(facade) -> the real module it stands for; read only by trusted code (dataclasses).
 _FACADE_MODULES: dict[int, types.ModuleType] = {}
@@ -202,25 +257,20 @@ def _g_wraps(
 
 
 # What the plugin itself created (classes through `__build_class__`, its modules): their
-# `_private` attributes are the plugin's own, so guarded getattr() serves them as plain
-# `obj._x` syntax does. Foreign objects keep refusing them.
-_PLUGIN_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
-_PLUGIN_MODULES: weakref.WeakValueDictionary[str, types.ModuleType] = weakref.WeakValueDictionary()
-
-
-def _is_plugin_owned(obj: object) -> bool:
-    if isinstance(obj, types.ModuleType):
-        return _PLUGIN_MODULES.get(obj.__name__) is obj
-    t = _b.type(obj)
-    cls = obj if issubclass(t, _b.type) else t
-    assert isinstance(cls, _b.type)
-    return any(c in _PLUGIN_CLASSES for c in cls.__mro__)
+# `_private` attributes are the plugin's own (see `_guards.private_ok`).
+_PLUGIN_CLASSES = PLUGIN_CLASSES
+_PLUGIN_MODULES = PLUGIN_MODULES
 
 
 def _build_class(func: Callable[..., object], name: str, *bases: object, **kw: object) -> object:
-    cls = _b.__build_class__(func, name, *bases, **kw)
+    cls = build_plugin_class(func, name, *bases, **kw)
     if isinstance(cls, _b.type):
-        _PLUGIN_CLASSES.add(cls)
+        refuse_metaclass(cls)
+        mark_plugin_class(cls)
+        # Inherited dataclass fields and match arguments are read natively by name: on
+        # this class they must still resolve to the plugin's own attributes.
+        check_dataclass_fields(cls)
+        check_match_args(cls)
     return cls
 
 
@@ -264,10 +314,29 @@ def _plugin_module_visible(cls: object) -> Iterator[None]:
 
 def _g_dataclass(cls: object = None, /, **kwargs: Any) -> object:
     def wrap(c: object) -> object:
+        if isinstance(c, _b.type):
+            # Before dataclasses pastes the names into the source it execs and reads each
+            # one with getattr(c, name) for a default (a foreign `_evaluate`, `str.format`).
+            own = c.__dict__.get("__annotations__", {})  # noqa: RUF063 - the class's own
+            check_dataclass_fields(c, tuple(own) if isinstance(own, dict) else ("?",))
         with _plugin_module_visible(c):
             out = _dataclasses.dataclass(c, **kwargs)  # type: ignore[call-overload]
         if isinstance(out, _b.type) and isinstance(c, _b.type) and c in _PLUGIN_CLASSES:
-            _PLUGIN_CLASSES.add(out)  # slots=True builds a new class
+            if out is not c:
+                mark_plugin_class(out)  # slots=True builds a new class
+            own_args = out.__dict__.get("__match_args__")
+            if isinstance(own_args, tuple) and any(
+                isinstance(n, str) and is_guarded_attr(n) for n in own_args
+            ):
+                # Positional patterns over private fields: a class pattern would read them
+                # natively from any subject the class admits.
+                if kwargs.get("match_args"):
+                    raise SuaveplanError(
+                        "SAND_VM_ATTRIBUTE_FORBIDDEN",
+                        "match_args=True with a private or formatting field name",
+                    )
+                _b.type.__delattr__(out, "__match_args__")
+            check_match_args(out)
         return out
 
     return wrap if cls is None else wrap(cls)
@@ -339,7 +408,11 @@ def install_protocol_guard() -> None:
 _GUARDED_MEMBERS: Final[dict[str, dict[str, object]]] = {
     "functools": {"update_wrapper": _g_update_wrapper, "wraps": _g_wraps},
     "dataclasses": {"dataclass": _g_dataclass},
-    "typing": {"runtime_checkable": _g_runtime_checkable},
+    "typing": {
+        "runtime_checkable": _g_runtime_checkable,
+        "get_origin": _g_get_origin,
+        "get_args": _g_get_args,
+    },
 }
 
 
@@ -352,11 +425,14 @@ def module_facade(name: str) -> Facade:
     else:
         mod = importlib.import_module(name)
         content = {
-            k: v
+            k: _frozen(v)
             for k in dir(mod)
             if not k.startswith("_")
             and k not in _FACADE_EXCLUDED
             and not isinstance(v := getattr(mod, k), types.ModuleType)
+            # A metaclass (enum.EnumType, typing.ABCMeta, ...) builds a class from any
+            # namespace when called with three arguments, dunders included.
+            and not (isinstance(v, _b.type) and issubclass(v, _b.type))
         }
         if name == "io":
             content = {k: content[k] for k in ("StringIO", "BytesIO")}
@@ -377,34 +453,43 @@ def _rejected(code: str) -> Callable[..., NoReturn]:
 _indirect = _rejected("SAND_VM_INDIRECT_EVAL_REJECTED")
 
 
-def _check_name(name: object, owner: object) -> str:
+def _check_name(name: object, owner: object, store: bool = False) -> str:
     if not isinstance(name, str):
         raise TypeError("attribute name must be a string")
     n = norm(name)
-    if is_forbidden_attr(n) or (n.startswith("_") and not _is_plugin_owned(owner)):
+    if is_forbidden_attr(n) or (n.startswith("_") and not private_ok(owner, n, store)):
         raise SuaveplanError("SAND_VM_ATTRIBUTE_FORBIDDEN", "attribute access is not allowed")
     return n
 
 
 def _guarded_format(obj: object, attr: str) -> object:
-    if isinstance(obj, str):
-        method = str.format if attr == "format" else str.format_map
-        text = obj
-
-        def fmt(*args: object, **kwargs: object) -> str:
-            check_format_string(text)
-            return method(text, *args, **kwargs)  # type: ignore[arg-type]
-
-        return fmt
-    if obj is str:
+    """`.format`/`.format_map`: whatever resolves to `str`'s own methods comes back guarded,
+    bound (`"..".format`, a `str` subclass's instance, `super().format`) or unbound
+    (`str.format`, a `str` subclass's or `StrEnum`'s)."""
+    value = getattr(obj, attr)
+    if value is str.format or value is str.format_map:
+        method: Any = value
 
         def unbound(text: object, *args: object, **kwargs: object) -> str:
             if isinstance(text, str):
                 check_format_string(text)
-            return getattr(str, attr)(text, *args, **kwargs)  # type: ignore[no-any-return]
+            return method(text, *args, **kwargs)  # type: ignore[no-any-return]
 
         return unbound
-    return getattr(obj, attr)
+    text = getattr(value, "__self__", None)
+    if (
+        type(value) is types.BuiltinMethodType
+        and isinstance(text, str)
+        and value.__name__ in FORMAT_ATTRS
+    ):
+        bound = value
+
+        def fmt(*args: object, **kwargs: object) -> str:
+            check_format_string(text)
+            return bound(*args, **kwargs)  # type: ignore[no-any-return]
+
+        return fmt
+    return value
 
 
 _MISSING = object()
@@ -428,11 +513,11 @@ def _g_hasattr(obj: object, name: object) -> bool:
 
 
 def _g_setattr(obj: object, name: object, value: object) -> None:
-    setattr(obj, _check_name(name, obj), value)
+    setattr(obj, _check_name(name, obj, store=True), value)
 
 
 def _g_delattr(obj: object, name: object) -> None:
-    delattr(obj, _check_name(name, obj))
+    delattr(obj, _check_name(name, obj, store=True))
 
 
 def _g_type(*args: object) -> object:
@@ -507,6 +592,10 @@ def _shared_builtins() -> dict[str, object]:
             "compile": _indirect,
             DIRECT_EVAL: _direct_eval,
             GUARD_FORMAT: _guarded_format,
+            GUARD_PRIVATE: g_private,
+            GUARD_PURE: g_pure,
+            GUARD_CLASS_STAMP: g_class_stamp,
+            GUARD_DUNDER_DEF: g_dunder_def,
             "__build_class__": _build_class,
             "__name__": "builtins",
         }
@@ -541,6 +630,7 @@ def prepare_worker_interpreter() -> None:
         module_facade(name)
     module_facade("urllib")
     install_protocol_guard()
+    install_stdlib_guards()
     seal_shared_classes()
     _PREBUILT_BUILTINS[:] = [_shared_builtins()]
 
@@ -596,7 +686,7 @@ RUNTIME_ISSUED_CODES: Final = frozenset(
         "SAND_VM_RESULT_INVALID",
     }
 )
-_RUNTIME_FILES: Final = frozenset({__file__, _policy_file})
+_RUNTIME_FILES: Final = frozenset({__file__, _policy_file, _guards_file})
 
 
 def _raised_by_runtime(exc: BaseException) -> bool:
@@ -911,7 +1001,7 @@ class GuestRuntime:
                 "name is not available",
                 {"name": str(getattr(exc, "name", "") or "")},
             ) from None
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:  # GeneratorExit, KeyboardInterrupt... end no worker
             raise SuaveplanError(
                 "SAND_VM_PLUGIN_ERROR",
                 "the plugin raised an exception",

@@ -1,0 +1,548 @@
+"""Ownership rules and the standard-library guards of the worker's guest layer.
+
+What the plugin owns (its classes, their instances, its functions and modules) may expose
+`_private` attributes to it; anything else may not. Plain `obj._x` syntax is rewritten by
+`_policy` to `__sp_private__(obj, "_x", store)`, and the guarded `getattr` family uses the
+same rule, so both refuse, for example, `ForwardRef._evaluate` (which `eval`s its string
+with the real builtins) or `Enum._convert_` (which hands out a real module's contents and
+writes into it), also when a plugin class inherits them.
+
+The stdlib guards (`install_stdlib_guards`) close routes through which trusted standard-
+library code would do for the guest what the guest may not do itself: copy's
+`_reconstruct` (any `setattr`, dunders included), dataclasses' `Field.name` (pasted into
+the source dataclasses `exec`s, and read back with `getattr`), the functional Enum API
+(dunder class attributes such as `__match_args__`) and `ABCMeta.register` on shared ABCs.
+They patch classes, so they run in the fork server before sealing, like the Protocol guard.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins as _b
+import collections
+import contextlib
+import copy
+import ctypes
+import dataclasses
+import enum
+import keyword
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any, Final, NamedTuple
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.vm._guest._policy import (
+    CLASS_STAMP,
+    FORMAT_ATTRS,
+    is_forbidden_attr,
+    is_guarded_attr,
+    norm,
+)
+
+# What the plugin itself created (classes through `__build_class__`, its modules).
+PLUGIN_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
+PLUGIN_MODULES: weakref.WeakValueDictionary[str, types.ModuleType] = weakref.WeakValueDictionary()
+
+# Every plugin class carries a mark under this name holding the class's own `__mro__`
+# tuple: the tuple itself for a pure class (plugin classes and `object` only, metaclass
+# `type`: nothing but plugin code and data behind a `_private` name), else its `_TypeInfo`.
+# A subclass that inherits the mark (one built by trusted code, e.g. the functional Enum
+# API with a plugin mixin) or a class whose bases changed fails the identity check, and
+# only trusted code can bind a dunder name.
+_MARK: Final = "__sp_owned__"
+# namedtuple's documented API is `_`-prefixed; these are its own functions (by code).
+_NT = collections.namedtuple("_NT", "a")
+_NT_CODES: Final = frozenset(
+    {
+        _NT._make.__func__.__code__,  # type: ignore[attr-defined]
+        _NT._replace.__code__,
+        _NT._asdict.__code__,
+    }
+)
+_NT_DATA: Final = frozenset({"_fields", "_field_defaults"})
+_TUPLEGETTER: Final = type(_NT.a)
+
+
+# Class statements being executed, innermost last, and their tokens (see `_policy`): a
+# class whose own namespace holds a pending token was made from a plugin class body.
+_BUILDING: list[object] = []
+_PENDING: set[int] = set()
+
+
+def g_class_stamp() -> object:
+    """`__sp_class_stamp__`: the token of the class statement whose body is running."""
+    return _BUILDING[-1]
+
+
+def build_plugin_class(
+    func: Callable[..., object], name: str, *bases: object, **kw: object
+) -> object:
+    """`__build_class__` with the class's token pending while it is made."""
+    # A fresh function: unique, and callable, since typing 3.12 decides while the class is
+    # made whether a Protocol's members are all callable (`__callable_proto_members_only__`).
+    token: object = lambda: None  # noqa: E731
+    _BUILDING.append(token)
+    _PENDING.add(id(token))
+    try:
+        cls = _b.__build_class__(func, name, *bases, **kw)
+    finally:
+        _BUILDING.pop()
+        _PENDING.discard(id(token))
+    if isinstance(cls, _b.type) and cls.__dict__.get(CLASS_STAMP) is token:
+        with contextlib.suppress(AttributeError, TypeError):
+            _b.type.__delattr__(cls, CLASS_STAMP)
+        # typing 3.12+ lists a Protocol's members when the class is made.
+        members = cls.__dict__.get("__protocol_attrs__")
+        if isinstance(members, set):
+            members.discard(CLASS_STAMP)
+    return cls
+
+
+def _adopt(t: type) -> None:
+    """A class still being built from a plugin class body is the plugin's already."""
+    token = t.__dict__.get(CLASS_STAMP)
+    if token is not None and id(token) in _PENDING and t not in PLUGIN_CLASSES:
+        mark_plugin_class(t)
+
+
+def forbidden(message: str) -> SuaveplanError:
+    return SuaveplanError("SAND_VM_ATTRIBUTE_FORBIDDEN", message)
+
+
+def _owner(mro: tuple[type, ...], name: str) -> type | None:
+    for c in mro:
+        if name in c.__dict__:
+            return c
+    return None
+
+
+# A C type that sets `tp_getattro`/`tp_setattro` gets a `__getattribute__`/`__setattr__`
+# entry in its dict even when the slot is the generic one (tuple, BaseException, dict...),
+# while some C types' own slot forwards lookups elsewhere (types.GenericAlias hands
+# `_evaluate` to its origin, a `ForwardRef`). The slot itself tells them apart: the same
+# CPython 3.11-3.13 PyTypeObject layout `_seal` relies on (tp_getattro, tp_setattro follow
+# 18 and 19 pointer-sized fields).
+_PTR: Final = ctypes.sizeof(ctypes.c_void_p)
+_SLOTS: Final = {"__getattribute__": 18, "__setattr__": 19, "__delattr__": 19}
+_WRAPPER: Final = type(object.__dict__["__getattribute__"])
+
+
+def _slot(cls: type, index: int) -> int | None:
+    return ctypes.c_void_p.from_address(id(cls) + index * _PTR).value
+
+
+def _hook_ok(mro: tuple[type, ...], hook: str, *base: type) -> bool:
+    owner = _owner(mro, hook)
+    if owner is None or owner in base or owner in PLUGIN_CLASSES:
+        return True
+    index = _SLOTS.get(hook)
+    return (
+        index is not None
+        and type(owner.__dict__[hook]) is _WRAPPER
+        and _slot(owner, index) == _slot(object, index)
+    )
+
+
+def _is_namedtuple_class(cls: type) -> bool:
+    make = cls.__dict__.get("_make")
+    return isinstance(make, classmethod) and getattr(make.__func__, "__code__", None) in _NT_CODES
+
+
+def _namedtuple_api(owner: type, name: str) -> bool:
+    """namedtuple's own `_make`/`_replace`/`_asdict`/`_fields`/`_field_defaults`."""
+    if not issubclass(owner, tuple) or not _is_namedtuple_class(owner):
+        return False
+    if name in _NT_DATA:
+        return True
+    value = owner.__dict__[name]
+    func = value.__func__ if isinstance(value, classmethod) else value
+    return getattr(func, "__code__", None) in _NT_CODES
+
+
+class _TypeInfo(NamedTuple):
+    """What decides a `_private` lookup on a type, none of which can change afterwards:
+    classes the plugin did not create are sealed or trusted, and no route lets the plugin
+    write a dunder (so no hook and no `__bases__` changes)."""
+
+    mro: tuple[type, ...]  # the type's own `__mro__` in a mark (see `_MARK`); () if cached
+    pure: bool  # only plugin classes and `object`, metaclass `type`
+    foreign: frozenset[str]  # guarded names (`_x`, `format`) a class of the MRO the plugin
+    # did not create has
+    plugin: bool  # a plugin class is in the MRO
+    get_ok: bool  # `__getattribute__` is object's, type's or the plugin's
+    set_ok: bool  # `__setattr__`/`__delattr__` likewise
+    getattr_ok: bool  # no `__getattr__` fallback, or the plugin's
+
+
+_HOOK_BASES: Final = (object, _b.type)
+_TYPE: Final = _b.type
+_FUNCTION: Final = types.FunctionType
+_MODULE: Final = types.ModuleType
+
+
+def _compute_info(t: type, mark: bool) -> _TypeInfo:
+    mro = t.__mro__
+    return _TypeInfo(
+        mro if mark else (),
+        type(t) is _b.type and all(c is object or c in PLUGIN_CLASSES for c in mro),
+        frozenset(
+            k
+            for c in mro
+            if c not in PLUGIN_CLASSES
+            for k in c.__dict__
+            if isinstance(k, str) and (k.startswith("_") or k in FORMAT_ATTRS)
+        ),
+        any(c in PLUGIN_CLASSES for c in mro),
+        _hook_ok(mro, "__getattribute__", *_HOOK_BASES),
+        all(_hook_ok(mro, h, *_HOOK_BASES) for h in ("__setattr__", "__delattr__")),
+        _hook_ok(mro, "__getattr__"),
+    )
+
+
+# Types the plugin did not create (or not yet: one being built), by id, validated by a weak
+# reference that also drops the entry with the type.
+_INFO: dict[int, tuple[weakref.ref[type], _TypeInfo]] = {}
+
+
+def _type_info(t: type) -> _TypeInfo:
+    mark = t.__dict__.get(_MARK)
+    if type(mark) is _TypeInfo and mark.mro is t.__mro__:
+        return mark
+    entry = _INFO.get(id(t))
+    if entry is not None and entry[0]() is t:
+        return entry[1]
+    key = id(t)
+    info = _compute_info(t, mark=False)
+    _INFO[key] = (weakref.ref(t, lambda _ref: _INFO.pop(key, None)), info)
+    return info
+
+
+def _resolves_to_plugin(mro: tuple[type, ...], name: str, store: bool) -> bool:
+    owner = _owner(mro, name)
+    if owner is None:
+        return False
+    return owner in PLUGIN_CLASSES or (not store and _namedtuple_api(owner, name))
+
+
+def _instance_ok(info: _TypeInfo, t: type, name: str, store: bool) -> bool:
+    if not info.get_ok or (store and not info.set_ok):
+        return False
+    if name in info.foreign:
+        return _resolves_to_plugin(t.__mro__, name, store)
+    if not info.plugin:
+        return False
+    return info.getattr_ok or _owner(t.__mro__, name) is not None
+
+
+def instance_attr_ok(t: type, name: str, store: bool = False) -> bool:
+    """Whether `name` on an instance of `t` is the plugin's own (a plugin class defines it,
+    or it lives in the instance's own dict with no foreign hook in between)."""
+    return _instance_ok(_type_info(t), t, name, store)
+
+
+def _class_attr_ok(cls: type, name: str, store: bool) -> bool:
+    meta = _type_info(type(cls))
+    if name in meta.foreign or not meta.get_ok:
+        return False  # a metaclass's own attribute (plugins cannot define metaclasses)
+    info = _type_info(cls)
+    if name in info.foreign:
+        return _resolves_to_plugin(cls.__mro__, name, store)
+    if not info.plugin:
+        return False
+    return store or meta.getattr_ok or _owner(cls.__mro__, name) is not None
+
+
+def _super_attr_ok(obj: Any, name: str) -> bool:
+    start, self_class = obj.__thisclass__, obj.__self_class__
+    if self_class is None:
+        return False
+    mro = self_class.__mro__
+    if start not in mro:
+        return False
+    owner = _owner(mro[mro.index(start) + 1 :], name)
+    return owner is not None and owner in PLUGIN_CLASSES
+
+
+def is_plugin_module(obj: types.ModuleType) -> bool:
+    name = obj.__dict__.get("__name__")
+    return isinstance(name, str) and PLUGIN_MODULES.get(name) is obj
+
+
+def private_ok(obj: object, name: str, store: bool = False) -> bool:
+    """Whether the guest may read (or, with `store`, write or delete) `obj.<name>`."""
+    t = type(obj)
+    if t is _FUNCTION:
+        glb = obj.__globals__  # type: ignore[attr-defined]
+        mod = PLUGIN_MODULES.get(glb.get("__name__"))
+        return mod is not None and mod.__dict__ is glb
+    if t is _MODULE:
+        return is_plugin_module(obj)  # type: ignore[arg-type]
+    if t is super:
+        return not store and _super_attr_ok(obj, name)
+    if t is _b.type or isinstance(obj, _b.type):
+        if _PENDING:
+            _adopt(obj)  # type: ignore[arg-type]
+        return _class_attr_ok(obj, name, store)  # type: ignore[arg-type]
+    if isinstance(obj, types.ModuleType):
+        return False
+    if _PENDING:
+        _adopt(t)
+    return instance_attr_ok(t, name, store)
+
+
+def g_private(obj: object, name: str, store: bool = False) -> object:
+    """`__sp_private__`: `obj` back if `obj.<name>` is the plugin's own, else refuse."""
+    t = type(obj)
+    if t is _TYPE:
+        if getattr(obj, _MARK, None) is obj.__mro__:  # type: ignore[attr-defined]
+            return obj
+    elif t is not _FUNCTION and t is not _MODULE:
+        mark = getattr(t, _MARK, None)
+        if mark is t.__mro__:
+            return obj
+        if type(mark) is _TypeInfo and mark.mro is t.__mro__ and _instance_ok(mark, t, name, store):
+            return obj
+    if private_ok(obj, name, store):
+        return obj
+    raise forbidden("private attributes of objects the plugin did not create are not available")
+
+
+def g_pure(obj: object) -> bool:
+    """`__sp_pure_self__`: whether every `_private` name of `obj` is the plugin's own."""
+    t = type(obj)
+    if t is _TYPE:
+        return getattr(obj, _MARK, None) is obj.__mro__  # type: ignore[attr-defined]
+    return getattr(t, _MARK, None) is t.__mro__
+
+
+def mark_plugin_class(cls: type) -> None:
+    PLUGIN_CLASSES.add(cls)
+    # Looked up while it was being built (`__init_subclass__`, `__set_name__`), its own
+    # names counted as foreign: decide afresh now that it is the plugin's.
+    _INFO.pop(id(cls), None)
+    if cls.__dict__.get("_is_protocol"):
+        return  # typing counts every name in a Protocol's namespace as a member
+    info = _compute_info(cls, mark=True)
+    with contextlib.suppress(TypeError, AttributeError):  # a metaclass refusing it
+        _b.type.__setattr__(cls, _MARK, info.mro if info.pure else info)
+
+
+def refuse_metaclass(cls: type) -> None:
+    """A class deriving from the real `type` (e.g. `class M(typing.Type)`) is a metaclass:
+    calling it with three arguments builds a class from any namespace (dunders included)."""
+    if _b.type in cls.__mro__:
+        raise SuaveplanError(
+            "SAND_VM_INDIRECT_EVAL_REJECTED", "a class deriving from type is not available"
+        )
+
+
+def check_match_args(cls: type) -> None:
+    """A class pattern reads each `__match_args__` name natively from any subject the class
+    admits; an ABC admits whatever its `__subclasshook__`/`register` says. Private and
+    formatting names are allowed only where they resolve to the plugin's own attribute (or
+    a namedtuple field) on an honest class."""
+    names = getattr(cls, "__match_args__", ())
+    if not isinstance(names, tuple):
+        return
+    for name in names:
+        if not isinstance(name, str) or not is_guarded_attr(name):
+            continue
+        owner = _owner(cls.__mro__, name)
+        field = owner is not None and isinstance(owner.__dict__[name], _TUPLEGETTER)
+        if isinstance(cls, abc.ABCMeta) or not (field or instance_attr_ok(cls, name)):
+            raise forbidden("a match pattern may not read that attribute")
+
+
+def _field_name_ok(name: object) -> bool:
+    return (
+        type(name) is str
+        and name.isidentifier()
+        and not keyword.iskeyword(name)
+        and not is_forbidden_attr(name)
+    )
+
+
+def check_dataclass_fields(cls: type, extra: tuple[object, ...] = ()) -> None:
+    """Field names dataclasses will paste into its generated source and read with `getattr`
+    (asdict, astuple, replace, the generated methods): plain identifiers, and a private or
+    formatting name only where it resolves to the plugin's own attribute."""
+    names: list[object] = list(extra)
+    for c in cls.__mro__:
+        fields = c.__dict__.get("__dataclass_fields__")
+        if fields is None:
+            continue
+        if not isinstance(fields, dict):
+            raise forbidden("malformed dataclass fields")
+        for key, f in fields.items():
+            if type(f) is not dataclasses.Field or f.name != key:
+                raise forbidden("malformed dataclass fields")
+            names.append(key)
+    for name in names:
+        if not _field_name_ok(name):
+            raise forbidden("a dataclass field name must be a plain identifier")
+        assert isinstance(name, str)
+        if is_guarded_attr(name) and not instance_attr_ok(cls, name):
+            raise forbidden("a dataclass field may not name an attribute the plugin does not own")
+
+
+def g_dunder_def(value: object) -> object:
+    """`__sp_dunder_def__`: a decorated dunder method must still be a method."""
+    if type(value) is types.FunctionType or type(value) is property:
+        return value
+    if type(value) in (classmethod, staticmethod) and (
+        type(value.__func__) is types.FunctionType  # type: ignore[attr-defined]
+    ):
+        return value
+    raise forbidden("a dunder method must stay a function (or a class/static method, property)")
+
+
+# -- stdlib guards (fork server, before sealing) ---------------------------------------------
+
+
+def _state_ok(y: object, state: object, strict: bool) -> dict[str, object]:
+    items: dict[object, object] = dict(state)  # type: ignore[call-overload]
+    out: dict[str, object] = {}
+    for key, value in items.items():
+        if not isinstance(key, str):
+            raise forbidden("copy may not set that attribute")
+        name = norm(key)  # an exact str: what is checked is what is set
+        if is_forbidden_attr(name) or (
+            strict and name.startswith("_") and not private_ok(y, name, store=True)
+        ):
+            raise forbidden("copy may not set that attribute")
+        out[name] = value
+    return out
+
+
+def guarded_reconstruct(  # noqa: PLR0917 - copy._reconstruct's own signature
+    x: object,
+    memo: dict[int, object] | None,
+    func: Callable[..., object],
+    args: Any,
+    state: object = None,
+    listiter: Any = None,
+    dictiter: Any = None,
+    *,
+    deepcopy: Callable[..., Any] = copy.deepcopy,
+) -> object:
+    """copy._reconstruct (CPython 3.11-3.13) with the state checked before it is applied:
+    the state a `__reduce_ex__` returns is set on whatever its callable returned (a class,
+    a function), so unchecked it is a `setattr` of any name, `__match_args__` included."""
+    # The object's own class chose (callable, args, state): a foreign class restores its own
+    # private state on its own copy; a plugin object's choice gets every key checked.
+    strict = _type_info(type(x)).plugin
+    deep = memo is not None
+    if deep and args:
+        args = (deepcopy(arg, memo) for arg in args)
+    y: Any = func(*args)
+    if deep:
+        memo[id(x)] = y  # type: ignore[index]
+    if state is not None:
+        if deep:
+            state = deepcopy(state, memo)
+        if hasattr(y, "__setstate__"):
+            y.__setstate__(state)
+        else:
+            if isinstance(state, tuple) and len(state) == 2:
+                state, slotstate = state
+            else:
+                slotstate = None
+            if state is not None:
+                y.__dict__.update(_state_ok(y, state, strict))
+            if slotstate is not None:
+                for key, value in _state_ok(y, slotstate, strict).items():
+                    setattr(y, key, value)
+    if listiter is not None:
+        for item in listiter:
+            y.append(deepcopy(item, memo) if deep else item)
+    if dictiter is not None:
+        for k, v in dictiter:
+            if deep:
+                y[deepcopy(k, memo)] = deepcopy(v, memo)
+            else:
+                y[k] = v
+    return y
+
+
+def _checked_enum_names(names: object) -> object:
+    """The functional Enum API sets each name in the new class's namespace: a dunder
+    (`__match_args__`, `__dataclass_fields__`) would be a plain class attribute."""
+    if names is None:
+        return names
+    # What is checked is what enum gets: plain str and list, never the guest's subclass
+    # (its own `split` or `__iter__` could answer differently the second time).
+    if isinstance(names, str):
+        text = str.__str__(names)
+        listed: list[object] = list(text.replace(",", " ").split())
+        out: object = text
+    elif isinstance(names, (tuple, list)) and names and isinstance(names[0], str):
+        listed = list(names)
+        out = listed
+    else:
+        pairs = []
+        for item in names:  # type: ignore[attr-defined]
+            if isinstance(item, str):
+                pairs.append((item, names[item]))  # type: ignore[index]
+            else:
+                k, v = item
+                pairs.append((k, v))
+        listed, out = [k for k, _ in pairs], pairs
+    for name in listed:
+        if type(name) is not str or is_forbidden_attr(name):
+            # Exact str only: a subclass's own `__eq__`/`__hash__` would decide the key.
+            raise forbidden("an Enum member name must be a plain str and not a dunder name")
+    return out
+
+
+def _write_once_field_name(self: object, name: str, value: object) -> None:
+    # dataclasses sets `name` once, before the field joins a class; after that it is what
+    # dataclasses pastes into generated source and reads back with getattr().
+    if name == "name" and getattr(self, "name", None) is not None:
+        raise forbidden("a dataclass field's name cannot be changed")
+    object.__setattr__(self, name, value)
+
+
+def _no_field_name_delete(self: object, name: str) -> None:
+    if name == "name":
+        raise forbidden("a dataclass field's name cannot be changed")
+    object.__delattr__(self, name)
+
+
+_STDLIB_GUARDS_INSTALLED = False
+
+
+def install_stdlib_guards() -> None:
+    """Worker-only, before sealing: see the module docstring. Irreversible, process-wide."""
+    global _STDLIB_GUARDS_INSTALLED  # noqa: PLW0603 - once per worker process
+    if _STDLIB_GUARDS_INSTALLED:
+        return
+    copy._reconstruct = guarded_reconstruct  # type: ignore[attr-defined]
+    field_cls: Any = dataclasses.Field
+    field_cls.__setattr__ = _write_once_field_name
+    field_cls.__delattr__ = _no_field_name_delete
+
+    meta: Any = enum.EnumType
+    create = meta._create_
+
+    def _create_(cls: object, *args: object, **kwargs: object) -> object:
+        if "names" in kwargs:
+            kwargs["names"] = _checked_enum_names(kwargs["names"])
+        elif len(args) >= 2:
+            args = (args[0], _checked_enum_names(args[1]), *args[2:])
+        return create(cls, *args, **kwargs)
+
+    meta._create_ = _create_
+
+    abc_meta: Any = abc.ABCMeta
+    register = abc_meta.register
+
+    def register_(cls: type, subclass: type) -> type:
+        if cls not in PLUGIN_CLASSES:
+            raise SuaveplanError(
+                "SAND_VM_GLOBALS_FROZEN", "only the plugin's own ABCs accept registrations"
+            )
+        return register(cls, subclass)  # type: ignore[no-any-return]
+
+    abc_meta.register = register_
+    _STDLIB_GUARDS_INSTALLED = True

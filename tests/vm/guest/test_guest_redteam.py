@@ -1,0 +1,725 @@
+"""Red-team pass on the in-interpreter layer, from the guest's side.
+
+Each refused route was a working escape (or a guard bypass) before its fix; the escape
+corpus (`tests/security/escapes/`) carries the full attacks. Here each route is asserted to
+fail closed with its SAND_VM_* code, and the ordinary code next to it to keep working.
+These run in real workers: the stdlib guards and sealing exist only in a prepared worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
+from suaveplan_sandbox.vm._guest import GuestRuntime, compile_bundle, load_plugin
+
+FORBIDDEN = "SAND_VM_ATTRIBUTE_FORBIDDEN"
+INDIRECT = "SAND_VM_INDIRECT_EVAL_REJECTED"
+FROZEN = "SAND_VM_GLOBALS_FROZEN"
+
+ATTACKS = """
+import collections
+import dataclasses
+import enum
+import typing
+import urllib.parse
+import hashlib
+
+from suaveplan import fs
+
+U = "_" * 2
+GLOBALS = U + "globals" + U
+CLASS_FIELD = "{0." + U + "class" + U + "}"
+
+
+def _same(x):
+    return x
+
+
+def _ref(text="__import__"):
+    return typing.get_args(typing.List[text])[0]
+
+
+class Any(typing.Callable):
+    def __subclasshook__(c=None, *a):
+        return True
+
+
+def forwardref_evaluate():
+    return repr(_ref()._evaluate({}, {}, recursive_guard=frozenset()))
+
+
+def forwardref_evaluate_getattr():
+    return repr(getattr(_ref(), "_evaluate"))
+
+
+def enum_convert():
+    return repr(enum.Enum._convert_("Probe", "os", lambda n: n == "getpid"))
+
+
+def private_of_a_shared_class():
+    return repr(enum.Enum._missing_)
+
+
+def private_inherited_from_a_foreign_class():
+    class Mine(enum.IntEnum):
+        A = 1
+
+    return repr(Mine._convert_)
+
+
+def private_store_on_a_foreign_object():
+    ref = _ref()
+    ref._evaluate = None
+    return "stored"
+
+
+def generic_alias_forwarding():
+    alias = type(list[int])
+
+    class Forward(alias):
+        pass
+
+    return repr(Forward(_ref(), (int,))._evaluate)
+
+
+def own_method_called_with_a_foreign_self():
+    class Pure:
+        def peek(self):
+            return self._evaluate
+
+    return repr(Pure.peek(_ref()))
+
+
+def getattr_with_a_str_subclass_name():
+    class Name(str):
+        def startswith(self, *args):
+            return False
+
+        def lstrip(self, *args):
+            return "x"
+
+    return sorted(getattr(fs.read_text, Name(GLOBALS)))[:3]
+
+
+def setattr_with_a_str_subclass_name():
+    class Name(str):
+        def startswith(self, *args):
+            return False
+
+    class Mine:
+        pass
+
+    setattr(Mine, Name(U + "match_args" + U), (GLOBALS,))
+    return "set"
+
+
+def _names(_fn):
+    return (GLOBALS,)
+
+
+def decorated_dunder_def_as_match_args():
+    class Probe(typing.Callable):
+        @_names
+        def __match_args__(self):
+            pass
+
+        def __subclasshook__(c=None, *a):
+            return True
+
+    match fs.read_text:
+        case Probe(g):
+            return sorted(g)[:3]
+    return "no match"
+
+
+def staticmethod_of_a_tuple_as_match_args():
+    class Probe:
+        @staticmethod
+        @_names
+        def __match_args__():
+            pass
+
+    return "defined"
+
+
+def copy_reconstruct_sets_match_args():
+    class Payload:
+        def __reduce_ex__(self, proto):
+            return (_same, (Any,), (None, {U + "match_args" + U: (GLOBALS,)}))
+
+    @dataclasses.dataclass
+    class Box:
+        v: object
+
+    dataclasses.asdict(Box(Payload()))
+    return "copied"
+
+
+def copy_reconstruct_sets_a_foreign_private():
+    class Payload:
+        def __reduce_ex__(self, proto):
+            return (_ref, (), (None, {"_evaluate": 1}))
+
+    @dataclasses.dataclass
+    class Box:
+        v: object
+
+    dataclasses.asdict(Box(Payload()))
+    return "copied"
+
+
+def dataclass_field_renamed_into_exec():
+    @dataclasses.dataclass
+    class Base:
+        x: int = 0
+
+    dataclasses.fields(Base)[0].name = "x) or print('injected') or (self"
+
+    @dataclasses.dataclass(init=False, repr=False)
+    class Child(Base):
+        pass
+
+    return Child() == Child()
+
+
+def dataclass_field_renamed_to_a_dunder():
+    @dataclasses.dataclass
+    class Point:
+        x: int = 0
+
+    dataclasses.fields(Point)[0].name = U + "class" + U
+    return repr(dataclasses.asdict(Point()))
+
+
+def typeddict_keys_as_dataclass_fields():
+    keys = typing.TypedDict("Keys", {"x) or print('injected') or (self": int})
+    return repr(dataclasses.dataclass(keys))
+
+
+def dataclass_default_is_a_foreign_private():
+    class Base:
+        def _hidden(self):
+            return 1
+
+    Base = dataclasses.dataclass(Base)
+    return repr(Base)
+
+
+def dataclass_default_is_str_format():
+    @dataclasses.dataclass
+    class Text(str):
+        format: int
+
+    return dataclasses.fields(Text)[0].default(CLASS_FIELD, 1)
+
+
+def dataclass_subclass_resolves_a_field_to_str_format():
+    @dataclasses.dataclass(init=False)
+    class Fields:
+        format: int
+
+    class Text(str, Fields):
+        pass
+
+    return dataclasses.asdict(Text("x"))["format"](CLASS_FIELD, 1)
+
+
+def inherited_match_args_on_an_abc():
+    Named = collections.namedtuple("Named", "format")
+
+    class Probe(Named, typing.Callable):
+        pass
+
+    return "defined"
+
+
+def enum_functional_dunder_member():
+    return repr(enum.Enum("E", [(U + "match_args" + U, ("format",)), ("A", 1)]))
+
+
+def enum_functional_str_subclass_member():
+    class Name(str):
+        pass
+
+    return repr(enum.Enum("E", [(Name("A"), 1)]))
+
+
+def real_type_from_get_origin():
+    real = typing.get_origin(typing.Type)
+    return repr(real("X", (), {U + "match_args" + U: (GLOBALS,)}))
+
+
+def metaclass_through_typing_type():
+    class Meta(typing.Type):
+        pass
+
+    return "defined"
+
+
+def metaclasses_left_the_facades():
+    out = []
+    for module, name in ((typing, "ABCMeta"), (typing, "NamedTupleMeta"), (enum, "EnumType"),
+                         (enum, "EnumMeta")):
+        out.append(hasattr(module, name))
+    return out
+
+
+def str_format_of_a_str_subclass():
+    class Text(str):
+        pass
+
+    return Text.format(CLASS_FIELD, 1)
+
+
+def str_format_through_super():
+    class Text(str):
+        def render(self):
+            return super().format(1)
+
+    return Text(CLASS_FIELD).render()
+
+
+def register_on_a_shared_abc():
+    class Fake:
+        pass
+
+    typing.Mapping.register(Fake)
+    return "registered"
+
+
+def register_on_own_abc():
+    class Mine(typing.Callable):
+        pass
+
+    class Other:
+        pass
+
+    Mine.register(Other)
+    return isinstance(Other(), Mine)
+
+
+def shared_containers_are_read_only():
+    out = []
+    for attempt in (
+        lambda: urllib.parse.uses_netloc.append("evil"),
+        lambda: hashlib.algorithms_available.add("evil"),
+        lambda: typing.EXCLUDED_ATTRIBUTES.append("evil"),
+    ):
+        try:
+            attempt()
+            out.append("mutated")
+        except AttributeError:
+            out.append("read-only")
+    return out
+
+
+def get_origin_of_type_is_the_guarded_type():
+    return [typing.get_origin(typing.Type) is type, typing.get_args(typing.Type[int]) == (int,)]
+
+
+def raise_generator_exit():
+    raise GeneratorExit()
+
+
+def raise_keyboard_interrupt():
+    raise KeyboardInterrupt()
+
+
+def alive():
+    return "alive"
+"""
+
+REFUSED = {
+    "forwardref_evaluate": FORBIDDEN,
+    "forwardref_evaluate_getattr": FORBIDDEN,
+    "enum_convert": FORBIDDEN,
+    "private_of_a_shared_class": FORBIDDEN,
+    "private_inherited_from_a_foreign_class": FORBIDDEN,
+    "private_store_on_a_foreign_object": FORBIDDEN,
+    "generic_alias_forwarding": FORBIDDEN,
+    "own_method_called_with_a_foreign_self": FORBIDDEN,
+    "getattr_with_a_str_subclass_name": FORBIDDEN,
+    "setattr_with_a_str_subclass_name": FORBIDDEN,
+    "decorated_dunder_def_as_match_args": FORBIDDEN,
+    "staticmethod_of_a_tuple_as_match_args": FORBIDDEN,
+    "copy_reconstruct_sets_match_args": FORBIDDEN,
+    "copy_reconstruct_sets_a_foreign_private": FORBIDDEN,
+    "dataclass_field_renamed_into_exec": FORBIDDEN,
+    "dataclass_field_renamed_to_a_dunder": FORBIDDEN,
+    "typeddict_keys_as_dataclass_fields": FORBIDDEN,
+    "dataclass_default_is_a_foreign_private": "ok-or-forbidden",
+    "dataclass_default_is_str_format": FORBIDDEN,
+    "dataclass_subclass_resolves_a_field_to_str_format": FORBIDDEN,
+    "inherited_match_args_on_an_abc": FORBIDDEN,
+    "enum_functional_dunder_member": FORBIDDEN,
+    "enum_functional_str_subclass_member": FORBIDDEN,
+    "real_type_from_get_origin": INDIRECT,
+    "metaclass_through_typing_type": INDIRECT,
+    "register_on_a_shared_abc": FROZEN,
+}
+
+
+async def _create(tmp_path: Path, source: str) -> VmSandbox:
+    (tmp_path / "plugin.py").write_text(source)
+    policy = PermissionPolicy.from_manifest({"name": "redteam"}, root=tmp_path)
+    return await create_vm_sandbox(plugin_module_path=tmp_path / "plugin.py", policy=policy)
+
+
+@pytest.fixture
+async def attacks(tmp_path: Path) -> AsyncIterator[VmSandbox]:
+    sb = await _create(tmp_path, ATTACKS)
+    try:
+        yield sb
+    finally:
+        await sb.dispose()
+
+
+async def _outcome(sb: VmSandbox, name: str) -> object:
+    try:
+        return ("ok", await sb.call(name))
+    except SuaveplanError as err:
+        return err.code
+
+
+async def test_every_route_fails_closed_with_its_code(attacks: VmSandbox) -> None:
+    got = {name: await _outcome(attacks, name) for name in REFUSED}
+    want = dict(REFUSED)
+    # A plain method named like a private one is the plugin's own: decorating it is fine.
+    assert got.pop("dataclass_default_is_a_foreign_private") == (
+        "ok",
+        "<class 'plugin.dataclass_default_is_a_foreign_private.<locals>.Base'>",
+    )
+    want.pop("dataclass_default_is_a_foreign_private")
+    assert got == want
+
+
+async def test_the_guarded_facades_still_answer(attacks: VmSandbox) -> None:
+    assert await attacks.call("metaclasses_left_the_facades") == [False, False, False, False]
+    assert await attacks.call("shared_containers_are_read_only") == ["read-only"] * 3
+    assert await attacks.call("get_origin_of_type_is_the_guarded_type") == [True, True]
+    assert await attacks.call("register_on_own_abc") is True
+
+
+@pytest.mark.parametrize("name", ["str_format_of_a_str_subclass", "str_format_through_super"])
+async def test_str_format_reached_through_a_subclass_stays_guarded(
+    attacks: VmSandbox, name: str
+) -> None:
+    assert await _outcome(attacks, name) == FORBIDDEN
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("raise_generator_exit", "GeneratorExit"), ("raise_keyboard_interrupt", "KeyboardInterrupt")],
+)
+async def test_a_base_exception_is_a_plugin_error_and_the_worker_lives_on(
+    attacks: VmSandbox, name: str, kind: str
+) -> None:
+    with pytest.raises(SuaveplanError) as info:
+        await attacks.call(name)
+    assert info.value.code == "SAND_VM_PLUGIN_ERROR"
+    assert info.value.details["type"] == kind
+    assert await attacks.call("alive") == "alive"
+
+
+IDIOMS = """
+import dataclasses
+import enum
+import functools
+import io
+import json
+import random
+import typing
+import urllib.parse
+
+
+class Planet(enum.Enum):
+    EARTH = (1, 2)
+
+    def __init__(self, a, b):
+        self._extra = b   # runs while the Enum class is still being built
+
+
+class Colour(enum.Enum):
+    RED = 1
+
+    @classmethod
+    def _missing_(cls, value):
+        return cls._value2member_map_.get(1)
+
+
+class Registry:
+    def __init_subclass__(cls):
+        cls._registered = True   # the new class is being built, yet the plugin's
+
+
+class Entry(Registry):
+    pass
+
+
+@dataclasses.dataclass
+class Config:
+    name: str
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+    format: str = "csv"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slotted:
+    _x: int
+
+    def double(self):
+        return self._x * 2
+
+
+class Buffer(io.StringIO):
+    _count = 0
+
+    def add(self, text):
+        self._count += 1
+        self.write(text)
+        return self._count
+
+
+class Rng(random.Random):
+    _draws = 0
+
+    def draw(self):
+        self._draws += 1
+        return self.random()
+
+
+class Lazy:
+    @functools.cached_property
+    def _value(self):
+        return 41
+
+    def value(self):
+        return self._value + 1
+
+
+class Failure(Exception):
+    def __init__(self, code):
+        self._code = code
+
+
+class Base:
+    def _helper(self):
+        return "base"
+
+
+class Derived(Base):
+    def call(self):
+        return super()._helper()
+
+
+@typing.runtime_checkable
+class HasArea(typing.Protocol):
+    def area(self): ...
+
+
+class Square:
+    def area(self):
+        return 4
+
+
+class Point(typing.NamedTuple):
+    x: int
+    y: int = 0
+
+
+def counted(fn):
+    fn._calls = 0
+    return fn
+
+
+@counted
+def ticked():
+    return 1
+
+
+def run():
+    url = urllib.parse.urlsplit("https://a.test/p?q=1")._replace(query="")
+    config = Config("n")
+    config._cache["k"] = 1
+    buffer = Buffer()
+    buffer.add("x")
+    rng = Rng(1)
+    rng.draw()
+    ticked._calls += 1
+    try:
+        raise Failure(7)
+    except Failure as err:
+        code = err._code
+    match config:
+        case Config(name=name):
+            matched = name
+    return [
+        urllib.parse.urlunsplit(url),
+        Planet.EARTH._extra,
+        Colour(9).name,
+        Entry._registered,
+        dataclasses.asdict(config),
+        Slotted(2).double(),
+        buffer.add("y"),
+        buffer.getvalue(),
+        rng._draws,
+        Lazy().value(),
+        code,
+        Derived().call(),
+        isinstance(Square(), HasArea),
+        Point(1)._replace(y=3)._asdict(),
+        list(Point._fields),
+        ticked._calls,
+        matched,
+        json.dumps(dataclasses.astuple(config)),
+        "{0.name}".format(config),
+    ]
+"""
+
+
+async def test_ordinary_private_attribute_idioms_keep_working(tmp_path: Path) -> None:
+    sb = await _create(tmp_path, IDIOMS)
+    try:
+        assert await sb.call("run") == [
+            "https://a.test/p",
+            2,
+            "RED",
+            True,
+            {"name": "n", "_cache": {"k": 1}, "format": "csv"},
+            4,
+            2,
+            "xy",
+            1,
+            42,
+            7,
+            "base",
+            True,
+            {"x": 1, "y": 3},
+            ["x", "y"],
+            1,
+            "n",
+            json.dumps(["n", {"k": 1}, "csv"]),
+            "n",
+        ]
+    finally:
+        await sb.dispose()
+
+
+# -- load time ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    match x:\n        case int(_secret=s):\n            return s\n",
+        "    match x:\n        case str(format=f):\n            return f\n",
+        "    match x:\n        case str(format_map=f):\n            return f\n",
+        "    match x:\n        case mod._Hidden():\n            return 1\n",
+        "    match x:\n        case mod._VALUE:\n            return 1\n",
+        "    match x:\n        case mod.format:\n            return 1\n",
+    ],
+)
+def test_patterns_naming_private_or_formatting_attributes_are_refused_at_load(
+    tmp_path: Path, body: str
+) -> None:
+    (tmp_path / "p.py").write_text("import json as mod\ndef f(x):\n" + body)
+    with pytest.raises(SuaveplanError) as info:
+        load_plugin(tmp_path / "p.py")
+    assert info.value.code == FORBIDDEN
+    assert info.value.details["line"] == 4
+
+
+# -- the `self._x` shortcut, in-process (no sealing needed) ---------------------------------
+
+
+def _runtime(tmp_path: Path, source: str) -> GuestRuntime:
+    (tmp_path / "plugin.py").write_text(source)
+    rt = GuestRuntime(
+        compile_bundle(load_plugin(tmp_path / "plugin.py")),
+        host_call=lambda *a: None,
+        log=lambda *a: None,
+    )
+    rt.start()
+    return rt
+
+
+SHORTCUT = """
+import typing
+
+
+class Pure:
+    def __init__(self):
+        self._x = 1
+
+    def read(self, other):
+        return self._x + other._x
+
+    def peek(self):
+        return self._evaluate
+
+    def rebinding(self, other):
+        self = other
+        return self._evaluate
+
+    def closure(self):
+        return [self._x for _ in range(2)]
+
+
+def ok():
+    return [Pure().read(Pure()), Pure().closure()]
+
+
+def foreign_self():
+    return repr(Pure.peek(typing.get_args(typing.List["x"])[0]))
+
+
+def foreign_other():
+    return Pure().read(typing.get_args(typing.List["x"])[0])
+
+
+def rebound_self():
+    return repr(Pure().rebinding(typing.get_args(typing.List["x"])[0]))
+"""
+
+
+def test_the_self_shortcut_serves_the_plugins_own_objects_only(tmp_path: Path) -> None:
+    rt = _runtime(tmp_path, SHORTCUT)
+    assert rt.call("ok", [], {}) == [2, [1, 1]]
+    for name in ("foreign_self", "foreign_other", "rebound_self"):
+        with pytest.raises(SuaveplanError) as info:
+            rt.call(name, [], {})
+        assert info.value.code == FORBIDDEN, name
+
+
+def test_the_self_shortcut_is_compiled_only_where_self_is_never_rebound(tmp_path: Path) -> None:
+    import ast
+
+    from suaveplan_sandbox.vm._guest._policy import check_module
+
+    tree, _ = check_module(SHORTCUT, "plugin.py")
+    methods = {
+        n.name: ast.unparse(n)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef) and n.args.args and n.args.args[0].arg == "self"
+    }
+    assert "__sp_self__ = __sp_pure_self__(self)" in methods["read"]
+    assert "(self if __sp_self__ else __sp_private__(self, '_x', False))" in methods["read"]
+    # `other._x` is always checked; a function that rebinds `self` keeps every check.
+    assert "__sp_private__(other, '_x', False)" in methods["read"]
+    assert "__sp_self__" not in methods["rebinding"]
+
+
+def test_host_never_sees_the_worker_guards() -> None:
+    # The stdlib guards patch classes and are installed only in a prepared worker.
+    field = dataclasses.field()
+    field.name = "x"
+    field.name = "y"
+    assert field.name == "y"
