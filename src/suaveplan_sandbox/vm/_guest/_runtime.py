@@ -40,6 +40,7 @@ from suaveplan_sandbox.vm._guest._guards import (
     refuse_metaclass,
 )
 from suaveplan_sandbox.vm._guest._guards import __file__ as _guards_file
+from suaveplan_sandbox.vm._guest._lazy_imports import C_IMPLICIT_IMPORTS, preload_lazy_imports
 from suaveplan_sandbox.vm._guest._loader import PluginBundle, check_plugin_module
 from suaveplan_sandbox.vm._guest._policy import (
     ALLOWED_MODULES,
@@ -629,6 +630,7 @@ def prepare_worker_interpreter() -> None:
     for name in sorted(ALLOWED_MODULES - {"suaveplan"}):
         module_facade(name)
     module_facade("urllib")
+    preload_lazy_imports()
     install_protocol_guard()
     install_stdlib_guards()
     seal_shared_classes()
@@ -919,6 +921,11 @@ class GuestRuntime:
         )
         fromlist = tuple(fromlist or ())
         if level == 0:
+            if name in C_IMPLICIT_IMPORTS and name in sys.modules:
+                # C code importing for itself from a plugin frame (`datetime.strptime`): it
+                # takes the module from sys.modules and ignores this answer. Plugin source
+                # cannot name these (the import is refused at load), and gets nothing here.
+                return None
             if name not in ALLOWED_MODULES:
                 raise forbidden
             if name == "suaveplan":
