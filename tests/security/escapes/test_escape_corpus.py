@@ -8,9 +8,12 @@ Two runs of the whole corpus:
   variable, a path the plugin must not create, and the fork server the worker came from;
   and no plugin may print the escape marker, which the ones that reach forbidden objects
   print before touching the OS.
-* **process layer only**: the same plugins with the in-interpreter layer switched off (no
-  AST policy, the real builtins and `__import__`, no facades, no sealing) while every
-  process-layer protection stays on. This is what a guest that fully escaped the
+* **process layer only**: the same plugins with the in-interpreter layer switched off for the
+  plugin (no AST policy, the real builtins and `__import__`, no facades) while every
+  process-layer protection stays on. The fork server prepares the interpreter once for all
+  its workers, so shared classes are still sealed and the worker-only standard-library
+  guards (copy, dataclasses) still installed; an escaped guest that undid those would gain
+  nothing the real builtins do not already give it here. This is what a guest that fully escaped the
   interpreter layer holds. The marker may appear (that is the point); the OS canaries
   must still hold for every technique.
 
