@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import tracemalloc
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -321,8 +322,8 @@ async def test_cancelling_a_write_whose_rename_hangs_never_blocks_the_event_loop
     (tmp_path / "doc").write_bytes(b"old")
     hung = _HungRename()
     monkeypatch.setattr(os, "rename", hung)
-    locks = _WatchedLocks(_fs._rename_lock_for)
-    monkeypatch.setattr(_fs, "_rename_lock_for", locks)
+    locks = _WatchedLocks(_fs._RENAME_LOCKS.get)
+    monkeypatch.setattr(_fs, "_RENAME_LOCKS", types.SimpleNamespace(get=locks))
     # The restarted sandbox writes through an adapter of its own on the same root.
     crashed, restarted = BeneathRootFs(tmp_path), BeneathRootFs(tmp_path)
     try:

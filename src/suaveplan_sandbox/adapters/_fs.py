@@ -70,7 +70,6 @@ import os
 import secrets
 import stat
 import threading
-import weakref
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
@@ -86,6 +85,7 @@ from suaveplan_sandbox.adapters._openat2 import (
     OpenHow,
     filesystem_type,
 )
+from suaveplan_sandbox.adapters._per_directory import PerDirectory
 from suaveplan_sandbox.adapters._ready import Ready
 from suaveplan_sandbox.errors import SuaveplanError
 
@@ -162,21 +162,7 @@ class _RenameLock:
         self.lock.release()
 
 
-_RENAME_LOCKS: Final[weakref.WeakValueDictionary[tuple[int, int], _RenameLock]] = (
-    weakref.WeakValueDictionary()
-)
-_RENAME_LOCKS_GUARD: Final = threading.Lock()
-
-
-def _rename_lock_for(dir_fd: int) -> _RenameLock:
-    """The rename lock of the directory `dir_fd`; the caller keeps it while it uses it."""
-    st = os.fstat(dir_fd)
-    key = (st.st_dev, st.st_ino)
-    with _RENAME_LOCKS_GUARD:
-        lock = _RENAME_LOCKS.get(key)
-        if lock is None:
-            lock = _RENAME_LOCKS[key] = _RenameLock()
-        return lock
+_RENAME_LOCKS: Final[PerDirectory[_RenameLock]] = PerDirectory(_RenameLock)
 
 
 def _normalised(parts: list[str]) -> bool:
@@ -489,7 +475,7 @@ class BeneathRootFs:
         """Write `data` to a temp file beside `name` and rename it over `name`, whose charge
         was `replaced` when the write reserved its change."""
         tmp = _temp_name(name)
-        rename_lock = _rename_lock_for(dfd)
+        rename_lock = _RENAME_LOCKS.get(dfd)
         fd = self._open_leaf(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:

@@ -31,9 +31,9 @@ import errno
 import os
 import stat
 import threading
-import weakref
 from typing import Final, final
 
+from suaveplan_sandbox.adapters._per_directory import PerDirectory
 from suaveplan_sandbox.errors import SuaveplanError
 
 BLOCK: Final = 4096
@@ -172,18 +172,9 @@ class RootUsage:
         self.note(-change)
 
 
-_USAGE: Final[weakref.WeakValueDictionary[tuple[int, int], RootUsage]] = (
-    weakref.WeakValueDictionary()
-)
-_USAGE_GUARD: Final = threading.Lock()
+_USAGE: Final[PerDirectory[RootUsage]] = PerDirectory(RootUsage)
 
 
 def usage_for(root_fd: int) -> RootUsage:
     """The `RootUsage` of the directory `root_fd`; the caller keeps it while it uses it."""
-    st = os.fstat(root_fd)
-    key = (st.st_dev, st.st_ino)
-    with _USAGE_GUARD:
-        usage = _USAGE.get(key)
-        if usage is None:
-            usage = _USAGE[key] = RootUsage()
-        return usage
+    return _USAGE.get(root_fd)
