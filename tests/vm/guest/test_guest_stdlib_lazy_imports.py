@@ -152,9 +152,12 @@ def _function_level_imports(module_name: str) -> set[str]:
     return found
 
 
-# Function-level imports no plugin reaches: command-line mains, the node lookups behind
-# `uuid1`/`getnode` (not in the facade), and pure-Python fallbacks for C modules this build has.
+# Function-level imports no plugin reaches: command-line mains (`getopt`, and `argparse`
+# from 3.12), the node lookups behind `uuid1`/`getnode` (not in the facade), and pure-Python
+# fallbacks for C modules this build has (`_pydatetime` from 3.12, in an import's `except`).
 UNREACHABLE = {
+    "argparse",
+    "_pydatetime",
     "getopt",
     "logging",
     "platform",
