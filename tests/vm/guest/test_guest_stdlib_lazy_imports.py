@@ -169,6 +169,7 @@ UNREACHABLE = {
     "_pydecimal",
     "_md5",
     "_sha1",
+    "_sha2",
     "_sha256",
     "_sha3",
     "_sha512",
