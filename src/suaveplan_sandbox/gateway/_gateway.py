@@ -29,7 +29,6 @@ import asyncio
 import inspect
 import logging
 import socket
-import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import CoroutineType, MappingProxyType
@@ -47,6 +46,7 @@ from suaveplan_sandbox.adapters._protocols import (
 )
 from suaveplan_sandbox.adapters._ready import Ready
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.errors._failure_log import log_failure
 from suaveplan_sandbox.errors._redact import SecretRedactor
 from suaveplan_sandbox.gateway._eager import Finished, start_eagerly
 from suaveplan_sandbox.metrics import CAPABILITY_CALLS
@@ -411,38 +411,18 @@ class Gateway:
         )
 
     def _log_failure(self, what: str, cap: str, op: str, exc: BaseException) -> str:
-        """Log `exc` without its text, its frames or any secret value; returns the correlation id.
-
-        The traceback (scrubbed text, never `exc_info`) is formatted only when an operator
-        enabled `suaveplan_sandbox.gateway.traceback` at DEBUG. Afterwards every traceback in
-        the exception's chain is dropped, so nothing the failure touched outlives the call.
-        """
-        correlation = uuid.uuid4().hex[:16]
-        kind = self._scrub(type(exc).__qualname__)
-        fields = {
-            "plugin": self.plugin,
-            "capability": cap,
-            "operation": op,
-            "error_type": kind,
-            "correlation_id": correlation,
-        }
-        _log.warning(
-            "%s: %s.%s for plugin %s raised %s (correlation_id=%s)",
-            what,
-            cap,
-            op,
-            self.plugin,
-            kind,
-            correlation,
-            extra={"suaveplan": fields},
+        """Log `exc` without its text, its frames or any secret value (`log_failure`); returns
+        the correlation id. The traceback goes to `suaveplan_sandbox.gateway.traceback`."""
+        return log_failure(
+            _log,
+            _trace_log,
+            exc,
+            self._secrets,
+            level=logging.WARNING,
+            message="%s: %s.%s for plugin %s raised",
+            args=(what, cap, op, self.plugin),
+            fields={"plugin": self.plugin, "capability": cap, "operation": op},
         )
-        if _trace_log.isEnabledFor(logging.DEBUG):
-            text = self._scrub("".join(traceback.format_exception(exc)))
-            _trace_log.debug(
-                "traceback (correlation_id=%s):\n%s", correlation, text, extra={"suaveplan": fields}
-            )
-        _drop_frames(exc)
-        return correlation
 
     def _subscription_lost(self, topic: str, decision: Allow, error: object) -> None:
         """A subscription's backend went away: log, count and audit it, tell the host."""
@@ -745,21 +725,6 @@ class Gateway:
             return None
 
         return _AdapterCall("events", "subscribe", (self.plugin, topic, handler), shape=keep)
-
-
-def _drop_frames(exc: BaseException) -> None:
-    """Detach the tracebacks of `exc` and everything it chains to (frames hold guest state)."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        item = todo.pop()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        item.__traceback__ = None
-        todo += [item.__cause__, item.__context__]
-        if isinstance(item, BaseExceptionGroup):
-            todo += list(item.exceptions)
 
 
 def _none(_raw: object) -> object:

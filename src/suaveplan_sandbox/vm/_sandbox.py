@@ -66,8 +66,6 @@ import os
 import signal
 import socket
 import threading
-import traceback
-import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,6 +78,7 @@ from suaveplan_sandbox.adapters import Adapters, StandardAdapters, open_standard
 from suaveplan_sandbox.adapters import _events as _bus
 from suaveplan_sandbox.adapters._protocols import EventHandler, QueryResult
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.errors._failure_log import log_failure
 from suaveplan_sandbox.errors._redact import SecretRedactor
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import (
@@ -654,30 +653,19 @@ class VmSandbox:
             self._crash(_crashed("host-error"))
 
     def _log_failure(self, what: str, exc: BaseException) -> str:
-        """Log a host-side failure as the gateway does: its type and a correlation id, never
-        its text (which can hold what the worker sent, a secret included) or its frames; the
-        traceback, scrubbed, only to `suaveplan_sandbox.vm.traceback` at DEBUG."""
-        correlation = uuid.uuid4().hex[:16]
-        kind = type(exc).__qualname__
-        _log.error(
-            "%s for plugin %s: %s (correlation_id=%s)",
-            what,
-            self._plugin,
-            kind,
-            correlation,
-            extra={
-                "suaveplan": {
-                    "plugin": self._plugin,
-                    "error_type": kind,
-                    "correlation_id": correlation,
-                }
-            },
+        """Log a host-side failure as the gateway does (`log_failure`): its type and a
+        correlation id, never its text (which can hold what the worker sent, a secret
+        included) or its frames; the traceback to `suaveplan_sandbox.vm.traceback`."""
+        return log_failure(
+            _log,
+            _trace_log,
+            exc,
+            self._redactor,
+            level=logging.ERROR,
+            message="%s for plugin %s:",
+            args=(what, self._plugin),
+            fields={"plugin": self._plugin},
         )
-        if _trace_log.isEnabledFor(logging.DEBUG):
-            text = self._redactor.scrub("".join(traceback.format_exception(exc)))
-            _trace_log.debug("traceback (correlation_id=%s):\n%s", correlation, text)
-        exc.__traceback__ = None
-        return correlation
 
     def _handle(self, msg: Message) -> None:
         kind = type(msg)
