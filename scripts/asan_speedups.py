@@ -23,6 +23,7 @@ TESTS = [
     "tests/permissions/test_fetch_rules.py",
     "tests/permissions/test_checker.py",
     "tests/permissions/test_rule_properties.py",
+    "tests/adapters/test_fs_inline.py",
 ]
 
 

@@ -48,3 +48,12 @@ class FetchMatcher:
     def check(self, url: object) -> Allow | Deny: ...
 
 def bind_ada(path: str) -> int: ...
+def read_cached(
+    root_fd: int,
+    path: bytes,
+    limit: int,
+    rwf: int,
+    path_flags: int,
+    read_flags: int,
+    resolve: int,
+) -> bytes | None: ...

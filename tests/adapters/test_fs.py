@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import BeneathRootFs
 from suaveplan_sandbox.adapters._ready import Ready
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.permissions import speedups_status
 
 MODES = [pytest.param(None, id="openat2"), pytest.param(False, id="per-component")]
 
@@ -324,13 +326,23 @@ def test_close_during_a_read_never_lets_another_root_take_the_fd(
     assert info.value.code == "SAND_FS_IO_ERROR"
 
 
+@pytest.mark.parametrize("twin", ["python", "c"])
 def test_close_during_an_inline_read_never_lets_another_root_take_the_fd(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, twin: str
 ) -> None:
     # The same race on the inline path, which resolves against the root fd on the caller's
-    # thread (the host's loop) with `openat2(RESOLVE_CACHED)`.
+    # thread (the host's loop) with `openat2(RESOLVE_CACHED)`: in Python, paused inside its
+    # first system call; in C (`_speedups.read_cached`), paused as the call is made, the
+    # root's fd number already in its arguments.
     race = _CloseRace(tmp_path)
     fs = BeneathRootFs(race.mine)
+    read_c = fs._read_cached_c
+    if twin == "python":
+        fs._read_cached_c = None
+    elif read_c is None:  # not built, or switched off: the Python case is the one in use
+        assert speedups_status()["fs_read"] is False
+        fs.close()
+        return
     if not fs.inline_io:  # no inline path on this kernel or filesystem: every read is threaded
         call = fs.read_bytes("data/f.txt", max_bytes=64)
         assert type(call) is not Ready
@@ -351,6 +363,15 @@ def test_close_during_an_inline_read_never_lets_another_root_take_the_fd(
         reader.append(threading.get_ident())
         return fs._read_cached("data/f.txt", 64)
 
-    monkeypatch.setattr(_fs, "SYSCALL", slow)
+    def slow_c(root: int, *args: Any) -> bytes | None:
+        if threading.get_ident() in reader:
+            race.pause()
+        assert read_c is not None
+        return read_c(root, *args)
+
+    if twin == "python":
+        monkeypatch.setattr(_fs, "SYSCALL", slow)
+    else:
+        fs._read_cached_c = slow_c
     race.run(fs, read)
     assert fs._read_cached("data/f.txt", 64) is None  # closed: declined, and the thread refuses

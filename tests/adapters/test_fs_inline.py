@@ -20,8 +20,29 @@ from hypothesis import strategies as st
 
 from suaveplan_sandbox.adapters import _fs
 from suaveplan_sandbox.adapters._fs import INLINE_READ_MAX_BYTES, LOCAL_FILESYSTEMS, BeneathRootFs
-from suaveplan_sandbox.adapters._openat2 import HOW_PATH, HOW_READ, RESOLVE_NO_XDEV, filesystem_type
+from suaveplan_sandbox.adapters._openat2 import (
+    CACHED_RESOLVE,
+    HOW_PATH,
+    HOW_READ,
+    PATH_FLAGS,
+    READ_FLAGS,
+    RESOLVE_NO_XDEV,
+    filesystem_type,
+)
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.permissions import speedups_status
+
+_OPEN_ARGS = (PATH_FLAGS, READ_FLAGS, CACHED_RESOLVE)
+
+
+def _speedups_built() -> bool:
+    try:
+        from suaveplan_sandbox import _speedups
+    except ImportError:
+        return False
+    switched_off = os.environ.get("SUAVEPLAN_SANDBOX_NO_SPEEDUPS", "") not in ("", "0")
+    return hasattr(_speedups, "read_cached") and not switched_off
+
 
 NFS_MAGIC = 0x6969
 
@@ -125,6 +146,7 @@ async def test_a_file_not_wholly_in_the_page_cache_is_read_on_the_thread(
     # to the first missing page. (Evicting pages for real is only advice to the kernel, and
     # a missed RWF_NOWAIT read starts readahead, so the next look finds them.)
     inline, _ = both
+    inline._read_cached_c = None  # the Python reference, whose os.preadv this replaces
     real_preadv = os.preadv
 
     def uncached(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
@@ -262,6 +284,8 @@ def test_an_inline_answer_is_always_the_threads_answer(
     got = attacked._read_cached(path, limit)
     assert got is None or got == expected
     assert got != b"CANARY"
+    # The C twin (when built) answers exactly as the Python reference does.
+    assert attacked._read_cached_python(path, limit) == got
     try:
         exists: bool | str = attacked._exists_sync(path)
     except SuaveplanError as exc:
@@ -336,6 +360,7 @@ async def test_a_filesystem_refusing_rwf_nowait_stops_being_read_inline(
     both: tuple[BeneathRootFs, BeneathRootFs], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inline, _ = both
+    inline._read_cached_c = None  # the Python reference; the C twin's refusal is below
     tries: list[int] = []
 
     def refused(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
@@ -349,3 +374,112 @@ async def test_a_filesystem_refusing_rwf_nowait_stops_being_read_inline(
     assert len(tries) == (1 if inline.inline_io else 0)
     if inline.inline_io:  # existence checks need no read: still answered inline
         assert await _first_step(inline.exists("data/a.bin")) == (True, True)
+
+
+# -- the C twin of the inline read (`_speedups.read_cached`) ---------------------------------
+
+
+def _c_read(inline: BeneathRootFs) -> Any:
+    """The C inline read, or None where it is not built (no compiler when installed) or is
+    switched off: then the documented fallback holds, the Python reference serves every
+    inline read (the tests above). `make test` builds it, so CI runs the C tests."""
+    if inline._read_cached_c is None:
+        assert speedups_status()["fs_read"] is False
+        assert not _speedups_built()
+    return inline._read_cached_c
+
+
+def test_the_c_read_is_the_one_in_use_where_it_is_built(root: Path) -> None:
+    fs = BeneathRootFs(root)
+    try:
+        assert (fs._read_cached_c is not None) is speedups_status()["fs_read"]
+        assert (fs._read_cached_c is not None) is _speedups_built()
+    finally:
+        fs.close()
+
+
+async def test_the_c_read_passes_a_filesystem_refusal_on_and_reads_stop_being_inline(
+    both: tuple[BeneathRootFs, BeneathRootFs],
+) -> None:
+    inline, _ = both
+    if not inline.inline_io:
+        return  # never tried inline here: nothing to stop
+    read_c = _c_read(inline)
+    if read_c is None:
+        return
+    # preadv2 refuses flags it does not know with EOPNOTSUPP, as a filesystem refuses
+    # RWF_NOWAIT: the C read raises it, the adapter stops trying and reads on the thread.
+    unknown_flag = 1 << 30
+    with pytest.raises(OSError) as info:
+        read_c(inline._hold_root(), b"data/a.bin", 4096, unknown_flag, *_OPEN_ARGS)
+    inline._release_root()
+    assert info.value.errno == errno.EOPNOTSUPP
+    inline._read_flags = unknown_flag
+    assert await inline.read_bytes("data/a.bin", max_bytes=4096) == b"a" * 1024
+    assert inline._read_flags == -1
+    assert await _first_step(inline.read_bytes("data/a.bin", max_bytes=4096)) == (False, None)
+    assert await inline.read_bytes("data/a.bin", max_bytes=4096) == b"a" * 1024
+
+
+def test_the_c_read_declines_a_file_the_page_cache_does_not_hold(tmp_path: Path) -> None:
+    # Evicting pages is advice the kernel may not take at once, so several tries; any one
+    # evicted file the C read must decline (None), never block on the disk for it.
+    root = tmp_path / "evicted"
+    root.mkdir()
+    fs = BeneathRootFs(root)
+    try:
+        if not fs.inline_io or fs._read_flags <= 0:
+            # Never inline here, or a memory filesystem (nothing to evict, no RWF_NOWAIT).
+            return
+        read_c = _c_read(fs)
+        if read_c is None:
+            return
+        data = os.urandom(32 * 1024)
+        (root / "f").write_bytes(data)
+        fd = os.open(root / "f", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            answers = []
+            for _ in range(50):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                answers.append(
+                    read_c(fs._hold_root(), b"f", len(data), fs._read_flags, *_OPEN_ARGS)
+                )
+                fs._release_root()
+                if answers[-1] is None:
+                    break
+        finally:
+            os.close(fd)
+        assert None in answers
+        assert all(a is None or a == data for a in answers)
+        assert fs._read_sync("f", len(data)) == data  # the thread's read, as the adapter falls back
+    finally:
+        fs.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "limit"),
+    [
+        (b"data/a.bin\0", 4096),  # a NUL: never a shorter path
+        (b"data/a.bin", -1),
+        (b"/etc/passwd", 4096),  # absolute: refused beneath the root
+        (b"data/out", 4096),
+        (b"data/fifo", 4096),
+        (b"data/sub", 4096),
+    ],
+)
+def test_the_c_read_declines_what_no_inline_read_may_return(
+    both: tuple[BeneathRootFs, BeneathRootFs], path: bytes, limit: int
+) -> None:
+    inline, _ = both
+    read_c = _c_read(inline)
+    if read_c is None:
+        return
+    root = inline._hold_root()
+    try:
+        assert read_c(root, path, limit, 0, *_OPEN_ARGS) is None
+        assert read_c(-1, b"data/a.bin", 4096, 0, *_OPEN_ARGS) is None  # no root to resolve in
+        with pytest.raises(TypeError):
+            read_c(root, "data/a.bin", 4096, 0, *_OPEN_ARGS)  # bytes only
+    finally:
+        inline._release_root()

@@ -88,7 +88,12 @@ def test_the_accelerator_is_built_and_used_by_the_checker() -> None:
     # the Python reference, which the rest of this file proves decides the same.
     manifest = {"name": "p", "permissions": {"fs": ["./a/*"], "fetch": ["*.example.com"]}}
     with _accel.accelerated():
-        assert _accel.speedups_status() == {"fs": True, "fetch": True, "why": ""}
+        assert _accel.speedups_status() == {
+            "fs": True,
+            "fetch": True,
+            "fs_read": True,
+            "why": "",
+        }
         policy = PermissionPolicy.from_manifest(manifest, root="/srv")
     checker = PermissionChecker(policy)
     assert checker._fs_check == policy.fs._matcher.check  # type: ignore[union-attr]
@@ -110,10 +115,13 @@ def test_the_environment_switch_turns_the_accelerator_off_in_a_fresh_process() -
         )
         out[value] = run.stdout.strip()
     assert out["1"] == (
-        "{'fs': False, 'fetch': False, 'why': 'disabled by SUAVEPLAN_SANDBOX_NO_SPEEDUPS'}"
+        "{'fs': False, 'fetch': False, 'fs_read': False,"
+        " 'why': 'disabled by SUAVEPLAN_SANDBOX_NO_SPEEDUPS'}"
         " None None"
     )
-    assert out["0"].startswith("{'fs': True, 'fetch': True, 'why': ''} <suaveplan_sandbox.")
+    assert out["0"].startswith(
+        "{'fs': True, 'fetch': True, 'fs_read': True, 'why': ''} <suaveplan_sandbox."
+    )
 
 
 def test_pure_python_switch_restores_itself() -> None:
@@ -124,6 +132,7 @@ def test_pure_python_switch_restores_itself() -> None:
             status = _accel.speedups_status()
             assert status["fs"] is False
             assert status["fetch"] is False
+            assert status["fs_read"] is False
             assert str(status["why"]).startswith("disabled")
         assert _accel.fs_matcher() is _speedups.FsMatcher
         assert _accel.fetch_matcher() is _speedups.FetchMatcher

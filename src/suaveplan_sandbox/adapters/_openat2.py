@@ -38,11 +38,11 @@ HOW_SIZE: Final = ctypes.c_size_t(ctypes.sizeof(OpenHow))
 # `O_PATH` look (HOW_PATH) found to be a regular file; should a rename put a special file
 # there in between, O_NONBLOCK keeps a FIFO from hanging the loop and O_NOCTTY keeps a
 # terminal from becoming the host's controlling terminal.
-_CACHED: Final = RESOLVE | RESOLVE_CACHED | RESOLVE_NO_XDEV
-HOW_READ: Final = ctypes.pointer(
-    OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, 0, _CACHED)
-)
-HOW_PATH: Final = ctypes.pointer(OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _CACHED))
+CACHED_RESOLVE: Final = RESOLVE | RESOLVE_CACHED | RESOLVE_NO_XDEV
+READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+PATH_FLAGS: Final = os.O_PATH | os.O_CLOEXEC
+HOW_READ: Final = ctypes.pointer(OpenHow(READ_FLAGS, 0, CACHED_RESOLVE))
+HOW_PATH: Final = ctypes.pointer(OpenHow(PATH_FLAGS, 0, CACHED_RESOLVE))
 
 
 def _load_libc() -> ctypes.CDLL | None:

@@ -1,4 +1,5 @@
-"""The optional C accelerator for uncached fs and fetch checks (`suaveplan_sandbox._speedups`).
+"""The optional C accelerator (`suaveplan_sandbox._speedups`): uncached fs and fetch checks,
+and the fs adapter's inline read (`fs_read_cached`).
 
 The pure-Python checks in `_fs_rules` and `_fetch_rules` are the reference; the C matchers
 are drop-ins over the same tables, memo dicts and decision objects (see `_speedups.c` for
@@ -14,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Final, cast
 
@@ -44,10 +45,16 @@ _enabled = not _ENV_OFF
 
 
 def speedups_status() -> dict[str, object]:
-    """Which C matchers this process uses: `{"fs": bool, "fetch": bool, "why": str}`."""
+    """Which C code this process uses: `{"fs": bool, "fetch": bool, "fs_read": bool,
+    "why": str}` (the fs and fetch matchers, the fs adapter's inline read)."""
     fs = _module is not None and _enabled
     why = _why if _enabled else (f"disabled by {DISABLE_ENV}" if _ENV_OFF else "disabled")
-    return {"fs": fs, "fetch": fs and _fetch_ok, "why": why if not (fs and _fetch_ok) else ""}
+    return {
+        "fs": fs,
+        "fetch": fs and _fetch_ok,
+        "fs_read": fs_read_cached() is not None,
+        "why": why if not (fs and _fetch_ok) else "",
+    }
 
 
 def fs_matcher() -> type[FsMatcher] | None:
@@ -62,6 +69,14 @@ def fetch_matcher() -> type[FetchMatcher] | None:
     if _module is None or not _enabled or not _fetch_ok:
         return None
     return cast("type[FetchMatcher]", _module.FetchMatcher)
+
+
+def fs_read_cached() -> Callable[[int, bytes, int, int, int, int, int], bytes | None] | None:
+    """The C inline read `BeneathRootFs` uses, or None for its Python reference (not built,
+    switched off, or a kernel header without openat2). Looked up when an adapter is made."""
+    if _module is None or not _enabled:
+        return None
+    return getattr(_module, "read_cached", None)
 
 
 @contextlib.contextmanager
