@@ -14,7 +14,12 @@ import pytest
 from suaveplan_sandbox.adapters import Adapters, JsonLinesAudit
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
-from suaveplan_sandbox.metrics import AUDIT_DENIALS_SUPPRESSED, PERMISSION_DENIED, InMemoryMetrics
+from suaveplan_sandbox.metrics import (
+    AUDIT_DENIALS_SUPPRESSED,
+    CAPABILITY_CALLS,
+    PERMISSION_DENIED,
+    InMemoryMetrics,
+)
 from suaveplan_sandbox.permissions import PermissionChecker, PermissionPolicy
 from suaveplan_sandbox.testing import FakeClock, InMemoryFs
 
@@ -113,3 +118,72 @@ async def test_closing_a_gateway_whose_sink_cannot_flush_is_still_a_clean_close(
     warnings = [r for r in caplog.records if r.name == "suaveplan_sandbox.gateway"]
     assert [r.__dict__["suaveplan"]["error_type"] for r in warnings] == ["OSError"]
     assert all("disk gone" not in r.getMessage() for r in warnings)
+
+
+class _Switchable:
+    """A sink that says when it would drop records (`is_enabled`), and counts what it gets."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.records: list[str] = []
+        self.asked = 0
+
+    def is_enabled(self) -> bool:
+        self.asked += 1
+        return self.on
+
+    def record(self, entry: Any) -> None:
+        self.records.append(entry.outcome)
+
+
+async def test_a_sink_that_would_drop_records_is_handed_none_and_the_metrics_still_count() -> None:
+    sink, metrics = _Switchable(), InMemoryMetrics()
+    gateway = _gateway_with(sink, metrics)
+    assert await gateway.dispatch("fs", "read_bytes", {"path": "uploads/a.txt"}) == b"a"
+    with pytest.raises(SuaveplanError):
+        await gateway.dispatch("fs", "read_bytes", {"path": "/etc/shadow"})
+    assert sink.records == []
+    assert sink.asked == 2  # asked per request: a sink may be switched on at any time
+    assert metrics.value(PERMISSION_DENIED.name, plugin="loopy") == 1
+    assert metrics.value(CAPABILITY_CALLS.name, plugin="loopy", outcome="ok") == 1
+    assert metrics.value(CAPABILITY_CALLS.name, plugin="loopy", outcome="deny") == 1
+    sink.on = True
+    assert await gateway.dispatch("fs", "read_bytes", {"path": "uploads/a.txt"}) == b"a"
+    assert sink.records == ["ok"]
+
+
+def test_json_lines_audit_is_enabled_exactly_while_its_logger_writes_info(
+    audit_lines: tuple[logging.Logger, list[dict[str, Any]]],
+) -> None:
+    logger, _ = audit_lines
+    audit = JsonLinesAudit(logger)
+    assert audit.is_enabled() is True
+    logger.setLevel(logging.WARNING)
+    assert audit.is_enabled() is False
+    logger.setLevel(logging.INFO)
+    assert audit.is_enabled() is True
+
+
+async def test_a_sink_whose_is_enabled_is_not_callable_gets_every_record() -> None:
+    class Odd:
+        is_enabled = False  # not the optional method: ignored, never called
+
+        def __init__(self) -> None:
+            self.records: list[str] = []
+
+        def record(self, entry: Any) -> None:
+            self.records.append(entry.outcome)
+
+    sink = Odd()
+    gateway = _gateway_with(sink, InMemoryMetrics())
+    assert await gateway.dispatch("fs", "read_bytes", {"path": "uploads/a.txt"}) == b"a"
+    assert sink.records == ["ok"]
+
+
+def _gateway_with(audit: Any, metrics: InMemoryMetrics) -> Gateway:
+    policy = PermissionPolicy.from_manifest(MANIFEST, root="/srv/loopy")
+    return Gateway(
+        checker=PermissionChecker(policy, metrics=metrics),
+        adapters=Adapters(fs=InMemoryFs({"uploads/a.txt": b"a"})),
+        audit=audit,
+    )

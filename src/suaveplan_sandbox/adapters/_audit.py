@@ -110,6 +110,10 @@ class JsonLinesAudit:
                 data[key] = value
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
+    def is_enabled(self) -> bool:
+        """Whether a record would be written now (the logger is on for INFO)."""
+        return self._logger.isEnabledFor(logging.INFO)
+
     def record(self, entry: AuditRecord) -> None:
         # The line is built only for a logger that will emit it: with no handler enabled
         # for INFO (logging's default), the JSON and the timestamp would be thrown away.

@@ -127,7 +127,9 @@ class EventsAdapter(Protocol):
 class AuditSink(Protocol):
     """Where audit records go. Optionally it also offers `flush()`: a sink that holds some
     records back (`JsonLinesAudit` folds denials over its rate into summaries) writes them
-    there, and the gateway calls it when it closes."""
+    there, and the gateway calls it when it closes. And optionally `is_enabled() -> bool`:
+    False while the sink would drop every record (`JsonLinesAudit` with its logger off for
+    INFO), so the gateway builds none for it; asked on every request, so keep it cheap."""
 
     def record(self, entry: AuditRecord) -> None: ...
 

@@ -116,6 +116,10 @@ def _awaitable(raw: object) -> TypeGuard[Awaitable[object]]:
     return not isinstance(raw, _PLAIN_RESULTS) and inspect.isawaitable(raw)
 
 
+def _always() -> bool:
+    return True
+
+
 class _AdapterCall(NamedTuple):
     """One allowed adapter invocation: `adapters.<capability>.<method>(*args, **kwargs)`.
 
@@ -153,6 +157,10 @@ class Gateway:
         self._metrics = checker.metrics
         self._adapters = adapters
         self._audit = audit
+        # A sink may say it would drop every record now (`is_enabled()`: JsonLinesAudit
+        # whose logger is off for INFO); then no record is built for it.
+        probe = getattr(audit, "is_enabled", None)
+        self._audit_on: Callable[[], bool] = probe if callable(probe) else _always
         self._clock = clock or MonotonicClock()
         self._max_read = max_read_bytes
         self._max_write = max_write_bytes
@@ -558,7 +566,7 @@ class Gateway:
         extra: dict[str, WireValue] | None = None,
     ) -> None:
         self._metrics.inc(_CALLS, {"plugin": self._plugin, "capability": cap, "outcome": outcome})
-        if self._audit is None:
+        if self._audit is None or not self._audit_on():
             return
         allowed = type(decision) is Allow  # final: no subclass to miss
         resource = decision.target if allowed else None  # type: ignore[union-attr]
