@@ -42,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, final
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from suaveplan_sandbox.adapters._protocols import QueryResult
 from suaveplan_sandbox.adapters._sqlite import (
@@ -326,6 +327,34 @@ async def _run_one(
             )
 
 
+def _conninfo_passwords(conninfo: str) -> tuple[str, ...]:
+    """Every password written in `conninfo`, in either form libpq takes: the one libpq uses
+    (`conninfo_to_dict`: a `password=` keyword, quoted or not, or a URL's), and for a URL
+    also its userinfo's and query's, which a later one shadows but the text still shows.
+    A password with a quote or a backslash also comes in its key=value quoting (`\\'`,
+    `\\\\`): the redactor finds that in a `repr` of the conninfo, where the plain value's
+    escapes are not. An unparseable conninfo is `SAND_INVALID_ARGUMENT`, without libpq's
+    message or a cause: that message quotes the conninfo, the password included."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params: dict[str, Any] | None = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        params = None
+    if params is None:  # raised out here: not even as `__context__` does libpq's text ride along
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT", "the conninfo cannot be parsed", {"argument": "conninfo"}
+        )
+    found = [str(params.get("password") or "")]
+    if conninfo.startswith(("postgresql://", "postgres://")):
+        url = urlsplit(conninfo)
+        found.append(unquote(url.password or ""))
+        found += [v for k, v in parse_qsl(url.query, keep_blank_values=True) if k == "password"]
+    found += [v.replace("\\", "\\\\").replace("'", "\\'") for v in found]
+    return tuple(dict.fromkeys(v for v in found if v))
+
+
 def _disk_reason(exc: Exception) -> str | None:
     """The refusal reason of a server error about disk space, or None for any other."""
     state = getattr(exc, "sqlstate", None)
@@ -383,6 +412,12 @@ class PostgresDb:
 
     def __repr__(self) -> str:
         return f"PostgresDb(plugin={self.plugin!r})"
+
+    def redaction_values(self) -> tuple[str, ...]:
+        """The password(s) in this adapter's conninfo, for the gateway's redactor (a driver
+        error that quotes the conninfo is then scrubbed). `SAND_INVALID_ARGUMENT` when the
+        conninfo cannot be parsed."""
+        return _conninfo_passwords(self._conninfo)
 
     async def aclose(self) -> None:
         """Cancel a running statement on the server, then close. Idempotent."""

@@ -137,7 +137,14 @@ class AuditSink(Protocol):
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Adapters:
-    """The host adapters for one sandbox. A capability without an adapter fails closed."""
+    """The host adapters for one sandbox. A capability without an adapter fails closed.
+
+    Any of them (and the audit sink) may optionally also offer `redaction_values() ->
+    Iterable[str]`: the credentials it holds itself (a DSN's password, an API token it
+    sends) that must never appear in diagnostics. A plain `def`, called once when the
+    gateway is built, which adds each value to its redactor; a method that raises or
+    returns anything but strings fails that construction (`PostgresDb` and `RedisEventBus`
+    declare their passwords this way)."""
 
     fs: FsAdapter | None = None
     fetch: FetchAdapter | None = None

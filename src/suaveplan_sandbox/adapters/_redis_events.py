@@ -32,6 +32,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Final, final
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from suaveplan_sandbox.adapters._event_envelope import read_event, write_event
 from suaveplan_sandbox.adapters._events import event_depth
@@ -211,9 +212,20 @@ class RedisEventBus:
             retry=Retry(NoBackoff(), 1),
         )
         self._metrics = metrics
+        # The password the client uses, and any other the URL's text shows (userinfo wins
+        # over a `?password=`, which then stays in the URL): never in a diagnostic.
+        parts = urlsplit(url)
+        shown = [self._redis.connection_pool.connection_kwargs.get("password")]
+        shown.append(unquote(parts.password or ""))
+        shown += [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "password"]
+        self._passwords = tuple(dict.fromkeys(v for v in shown if isinstance(v, str) and v))
 
     def __repr__(self) -> str:
         return "RedisEventBus()"
+
+    def redaction_values(self) -> tuple[str, ...]:
+        """The password(s) in this bus's URL, for the gateway's redactor (not the username)."""
+        return self._passwords
 
     async def aclose(self) -> None:
         await self._redis.aclose()

@@ -9,7 +9,9 @@ the error's details and the audit row), never the exception's text; the tracebac
 scrubbed text, only to the `suaveplan_sandbox.gateway.traceback` logger at DEBUG, which an
 operator enables. Every secret value the gateway has handed out is scrubbed from that text,
 and no log record holds the exception or its frames (which for WASM run through the guest
-thread and would keep a disposed sandbox alive). `close()` cancels every in-flight adapter
+thread and would keep a disposed sandbox alive). So is every credential the host holds
+itself: what its adapters and audit sink declare with `redaction_values()` (collected once,
+at construction) and what it passes as `redact=`. `close()` cancels every in-flight adapter
 call, makes later dispatches fail with `SAND_CANCELLED` and has the audit sink write what it
 held back (`flush()`, for a sink that has one); it is idempotent.
 
@@ -30,7 +32,7 @@ import inspect
 import logging
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeGuard, final
 
@@ -120,6 +122,83 @@ def _always() -> bool:
     return True
 
 
+def _host_values(redact: object) -> list[str]:
+    """`redact=` as a list of str, or `SAND_INVALID_ARGUMENT` (never echoing a value)."""
+    if isinstance(redact, str | bytes | bytearray) or not isinstance(redact, Iterable):
+        # One string would be taken character by character: refused, not guessed at.
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "redact= is an iterable of str (the values to keep out of diagnostics)",
+            {"argument": "redact", "type": type(redact).__name__},
+        )
+    values = []
+    for index, item in enumerate(redact):
+        if not isinstance(item, str):
+            raise SuaveplanError(
+                "SAND_INVALID_ARGUMENT",
+                "every redact= item is a str",
+                {"argument": "redact", "index": index, "type": type(item).__name__},
+            )
+        values.append(str.__str__(item))  # a plain str: the redactor ignores subclasses
+    return values
+
+
+def _adapter_slots(adapters: Adapters) -> tuple[tuple[str, object], ...]:
+    return (
+        ("fs", adapters.fs),
+        ("fetch", adapters.fetch),
+        ("db", adapters.db),
+        ("secrets", adapters.secrets),
+        ("events", adapters.events),
+    )
+
+
+def _str_items(values: object) -> list[str] | None:
+    """`values` as a list of plain str; None unless it is an iterable of str (one str is not)."""
+    if isinstance(values, str | bytes | bytearray) or not isinstance(values, Iterable):
+        return None
+    items = list(values)
+    if not all(isinstance(item, str) for item in items):
+        return None
+    return [str.__str__(item) for item in items]  # plain str: the redactor ignores subclasses
+
+
+def _declared_values(name: str, adapter: object) -> list[str]:
+    """The credentials `adapter` declares with its optional `redaction_values()`.
+
+    Fails closed: a host whose adapter declares credentials expects them scrubbed, and a
+    sandbox running without them would write them, unnoticed, into the first traceback that
+    holds one. So a method that raises, or returns anything but an iterable of str (a
+    coroutine, one str), fails the gateway's construction: a `SuaveplanError` as it is,
+    anything else as `SAND_ADAPTER_FAILED` naming the exception's type only (its text may
+    hold the very credential that could not be collected, and nothing can scrub that yet).
+    """
+    method = getattr(adapter, "redaction_values", None)
+    if adapter is None or not callable(method):
+        return []
+    details: dict[str, WireValue] = {"capability": name, "operation": "redaction_values"}
+    try:
+        values = method()
+        if _awaitable(values):
+            if inspect.iscoroutine(values):
+                values.close()  # refused unawaited: no "never awaited" warning
+            details["reason"] = "not-synchronous"
+        else:
+            declared = _str_items(values)
+            if declared is not None:
+                return declared
+            details["reason"] = "not-an-iterable-of-str"
+    except SuaveplanError:
+        raise
+    except Exception as exc:
+        details["error_type"] = type(exc).__name__
+    raise SuaveplanError(
+        "SAND_ADAPTER_FAILED",
+        f"the host's {name} adapter could not state the credentials it holds",
+        details,
+    )
+
+
 class _AdapterCall(NamedTuple):
     """One allowed adapter invocation: `adapters.<capability>.<method>(*args, **kwargs)`.
 
@@ -137,7 +216,10 @@ class _AdapterCall(NamedTuple):
 
 @final
 class Gateway:
-    """Checker first, adapter only on Allow. One instance per sandbox."""
+    """Checker first, adapter only on Allow. One instance per sandbox.
+
+    `redact`: credentials the host holds itself (an iterable of str; anything else is
+    `SAND_INVALID_ARGUMENT`), scrubbed with those its adapters state (`Adapters`)."""
 
     def __init__(
         self,
@@ -150,6 +232,7 @@ class Gateway:
         max_write_bytes: int = DEFAULT_MAX_WRITE_BYTES,
         on_denial: DenialListener | None = None,
         on_subscription_lost: SubscriptionLostListener | None = None,
+        redact: Iterable[str] = (),
     ) -> None:
         self._checker = checker
         # Both fixed for the checker's lifetime; read on every request.
@@ -169,9 +252,15 @@ class Gateway:
         self._inflight: set[asyncio.Future[object]] = set()
         self._subscriptions: list[Subscription] = []
         self._async_methods: dict[object, bool] = {}
-        # Every secret value handed out: scrubbed from tracebacks and audit resources, and
-        # (through `redactor`) from the VM host's plugin errors and log lines.
+        # Every secret value handed out, and every credential the host declared: scrubbed
+        # from tracebacks and audit resources, and (through `redactor`) from the VM host's
+        # plugin errors and log lines.
         self._secrets = SecretRedactor()
+        for value in _host_values(redact):
+            self._secrets.add(value)
+        for name, adapter in (*_adapter_slots(adapters), ("audit", audit)):
+            for value in _declared_values(name, adapter):
+                self._secrets.add(value)
         self._closed = False
 
     @property

@@ -67,7 +67,7 @@ import signal
 import socket
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -1084,6 +1084,7 @@ async def create_vm_sandbox(
     data_dir: str | os.PathLike[str] | None = None,
     busy_poll_us: int = DEFAULT_BUSY_POLL_US,
     log_lines_per_s: int | None = DEFAULT_LOG_LINES_PER_S,
+    redact: Iterable[str] = (),
     _test_process_probe: bool = False,
 ) -> VmSandbox:
     """Check the plugin, fork a hardened worker for it and wait until it is ready.
@@ -1102,6 +1103,10 @@ async def create_vm_sandbox(
     lines a second (a burst of as many) reach the host's `logging`; the rest are counted in
     `logs_suppressed` and reported in one warning when the allowance returns. Every line is
     kept in `logs` (the most recent) whatever the rate. It runs on `clock` when one is given.
+
+    `redact` (an iterable of str): credentials the host holds itself, kept out of every
+    diagnostic like the secret values handed out (`Gateway`'s `redact=`); adapters that
+    offer `redaction_values()` declare theirs without it.
     """
     if type(busy_poll_us) is not int or not 0 <= busy_poll_us <= MAX_BUSY_POLL_US:
         raise SuaveplanError(
@@ -1138,13 +1143,21 @@ async def create_vm_sandbox(
             audit = sb._owned.audit
     else:
         adapters = proxies
-    sb._gateway = Gateway(
-        checker=checker,
-        adapters=adapters,
-        audit=audit,
-        clock=clock,
-        on_denial=lambda deny, _cap, _op: sb._record_denial(deny),
-    )
+    try:
+        sb._gateway = Gateway(
+            checker=checker,
+            adapters=adapters,
+            audit=audit,
+            clock=clock,
+            on_denial=lambda deny, _cap, _op: sb._record_denial(deny),
+            redact=redact,
+        )
+    except BaseException:
+        # A bad `redact=` or an adapter that cannot state its credentials: there is no
+        # gateway for `dispose()` to close, so only the adapters opened here are closed.
+        if sb._owned is not None:
+            await sb._owned.aclose()
+        raise
     sb._redactor = sb._gateway.redactor
     budgets = policy.budgets
     sb._tracker = BudgetTracker(budgets, plugin=sb._plugin, metrics=sb._metrics, clock=clock)

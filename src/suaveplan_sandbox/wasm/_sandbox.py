@@ -52,7 +52,7 @@ import time
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar, final
@@ -1100,6 +1100,7 @@ async def create_wasm_sandbox(
     cache_dir: str | Path | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     max_module_bytes: int = _engine.DEFAULT_MAX_MODULE_BYTES,
+    redact: Iterable[str] = (),
 ) -> WasmSandbox:
     """Compile (cached) and instantiate the module under `policy`. See docs/wasm-abi.md.
 
@@ -1107,6 +1108,8 @@ async def create_wasm_sandbox(
     stderr (`RunResult.stdout_truncated` / `stderr_truncated`); an `int` >= 0.
     `max_module_bytes`: a larger module file is refused before it is read
     (`SAND_WASM_INSTANTIATION_FAILED`, `details.stage="read"`); an `int` >= 1.
+    `redact` (an iterable of str): credentials the host holds itself, kept out of every
+    diagnostic (`Gateway`'s `redact=`).
     """
     byte_limit(max_output_bytes, argument="max_output_bytes", minimum=0)
     byte_limit(max_module_bytes, argument="max_module_bytes", minimum=1)
@@ -1161,6 +1164,7 @@ async def create_wasm_sandbox(
         audit=audit,
         clock=clock,
         on_denial=on_denial,
+        redact=redact,
     )
     # A start function is guest code: it runs on the guest thread under the budgets, never
     # on the event loop (`WasmSandbox._start_off_loop`).
