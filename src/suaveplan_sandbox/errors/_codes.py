@@ -53,7 +53,8 @@ CODES: Final = define_codes(
         "wasi_snapshot_preview1.",
         "SAND_WASM_INSTANTIATION_FAILED": "The module could not be compiled or instantiated.",
         "SAND_WASM_PREOPEN_DENIED": "An fs rule cannot be expressed as a WASI preopen without "
-        "granting more than it says.",
+        "granting more than it says, or a writable preopen would bypass the fs adapter's "
+        "disk quota.",
         "SAND_WASM_OUTBOUND_DENIED": "The guest tried to connect to a host outside "
         "permissions.fetch.",
         "SAND_WASM_TRAP": "The guest trapped (unreachable, bad memory access, ...).",

@@ -376,6 +376,28 @@ def resolve_preopens(policy: PermissionPolicy, checker: PermissionChecker) -> li
     return specs
 
 
+def refuse_unquoted_preopens(preopens: Sequence[PreopenSpec], adapters: Adapters | None) -> None:
+    """Refuse a writable preopen when the host's fs adapter has a disk quota.
+
+    A guest writes through a `rw:` preopen with WASI's own file calls, which never pass the
+    fs adapter, so its `max_root_bytes` (`BeneathRootFs`) could not hold them: the quota
+    the host set would be silently weaker than it says. So creation fails instead
+    (`SAND_WASM_PREOPEN_DENIED`, `details.reason="quota-unenforceable"`); the host drops the
+    quota for this plugin, makes the rule read-only, or puts the root on a filesystem with
+    its own quota. Not a permission denial (the manifest may grant the rule): no metric.
+    """
+    quota = getattr(adapters.fs if adapters is not None else None, "max_root_bytes", None)
+    if quota is None:
+        return
+    for spec in preopens:
+        if spec.writable:
+            raise SuaveplanError(
+                "SAND_WASM_PREOPEN_DENIED",
+                "a writable preopen's writes bypass the fs adapter's max_root_bytes quota",
+                {"capability": "fs", "reason": "quota-unenforceable", "guest_path": spec.guest},
+            )
+
+
 # The sandbox whose guest is running on this thread (each sandbox runs its guest on its own
 # worker thread); the shared linker's host imports find their sandbox here.
 _current = threading.local()
@@ -1127,6 +1149,7 @@ async def create_wasm_sandbox(
         )
     imports_wasi = _engine.check_imports(module)
     preopens = resolve_preopens(policy, checker)
+    refuse_unquoted_preopens(preopens, proxies)
     denials: deque[SuaveplanError] = deque(maxlen=MAX_DENIALS)
     total = [0]
 
