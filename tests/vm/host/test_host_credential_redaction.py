@@ -29,7 +29,7 @@ DSN = "postgresql://app:Pw%40x%20y%277q@db.internal:5432/app"
 HOST_TOKEN = "host-token-5e1f9a77"
 
 PLUGIN = """
-from suaveplan import db, log
+from suaveplan import db, fetch, fs, log
 
 
 def query():
@@ -45,6 +45,21 @@ def leak(value):
 
 def echo(value):
     return value
+
+
+def probe(guess):
+    # A guess at a host credential, in requests whose refusals the plugin reads back.
+    seen = []
+    for call in (
+        lambda: db.query("SELECT '" + guess + "' FROM p_t"),
+        lambda: fs.read_bytes("./" + guess),
+        lambda: fetch("https://" + guess + ".example.com/"),
+    ):
+        try:
+            call()
+        except Exception as exc:
+            seen.append(repr(exc) + repr(getattr(exc, "details", None)))
+    return seen
 """
 
 
@@ -168,3 +183,28 @@ async def test_a_creation_refused_over_credentials_is_coded_and_leaves_nothing_o
     assert err.code == code
     assert HOST_TOKEN not in repr(err.to_wire()) and "Pw%40x" not in repr(err.to_wire())
     assert _open_fds() == before
+
+
+class EchoingDb:
+    """A driver whose errors quote the statement, as real ones do."""
+
+    async def query(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
+        raise SuaveplanError("SAND_DB_ERROR", f"syntax error at or near {sql!r}")
+
+
+async def test_the_plugin_never_sees_a_stated_value_scrubbed_so_it_cannot_test_guesses(
+    tmp_path: Path,
+) -> None:
+    # What reaches the guest (the host's answers to its requests, denials included) is never
+    # scrubbed: were it, a plugin could put guesses in requests whose errors echo them and
+    # watch for `[REDACTED]`, an oracle for the host's credentials inside the sandbox.
+    async with await create_vm_sandbox(
+        plugin_module_path=_plugin(tmp_path),
+        policy=_policy(tmp_path, fs=["./data/*"]),
+        proxies=Adapters(db=EchoingDb()),
+        redact=[HOST_TOKEN],
+    ) as sb:
+        seen = await sb.call("probe", HOST_TOKEN)
+    assert isinstance(seen, list) and len(seen) == 3
+    assert all(REDACTED not in text for text in seen)
+    assert HOST_TOKEN in seen[0]  # the driver's own echo of the statement, unchanged
