@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from suaveplan_sandbox.adapters import Adapters, JsonLinesAudit
+from suaveplan_sandbox.adapters import Adapters, AuditSink, JsonLinesAudit
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.gateway import Gateway
 from suaveplan_sandbox.metrics import (
@@ -46,7 +46,7 @@ def audit_lines() -> Iterator[tuple[logging.Logger, list[dict[str, Any]]]]:
     logger.removeHandler(handler)
 
 
-def _gateway(audit: JsonLinesAudit, metrics: InMemoryMetrics) -> Gateway:
+def _gateway(audit: AuditSink, metrics: InMemoryMetrics) -> Gateway:
     policy = PermissionPolicy.from_manifest(MANIFEST, root="/srv/loopy")
     return Gateway(
         checker=PermissionChecker(policy, metrics=metrics),
@@ -138,7 +138,7 @@ class _Switchable:
 
 async def test_a_sink_that_would_drop_records_is_handed_none_and_the_metrics_still_count() -> None:
     sink, metrics = _Switchable(), InMemoryMetrics()
-    gateway = _gateway_with(sink, metrics)
+    gateway = _gateway(sink, metrics)
     assert await gateway.dispatch("fs", "read_bytes", {"path": "uploads/a.txt"}) == b"a"
     with pytest.raises(SuaveplanError):
         await gateway.dispatch("fs", "read_bytes", {"path": "/etc/shadow"})
@@ -175,15 +175,6 @@ async def test_a_sink_whose_is_enabled_is_not_callable_gets_every_record() -> No
             self.records.append(entry.outcome)
 
     sink = Odd()
-    gateway = _gateway_with(sink, InMemoryMetrics())
+    gateway = _gateway(sink, InMemoryMetrics())
     assert await gateway.dispatch("fs", "read_bytes", {"path": "uploads/a.txt"}) == b"a"
     assert sink.records == ["ok"]
-
-
-def _gateway_with(audit: Any, metrics: InMemoryMetrics) -> Gateway:
-    policy = PermissionPolicy.from_manifest(MANIFEST, root="/srv/loopy")
-    return Gateway(
-        checker=PermissionChecker(policy, metrics=metrics),
-        adapters=Adapters(fs=InMemoryFs({"uploads/a.txt": b"a"})),
-        audit=audit,
-    )
