@@ -26,7 +26,9 @@ is shared and noisy, so every figure is the median of several alternating rounds
   and against two no-op calls: a read is two round trips (the call and the worker's host
   call), so the second ratio is what the gateway and adapter add. Also through the in-memory
   fake (what the IPC and gateway cost with no filesystem at all) and through the adapter's
-  thread (`inline_io=False`, what every read cost before). Both adapters are coroutines that
+  thread (`inline_io=False`, what every read cost before), and through an adapter whose
+  inline read is its Python reference rather than the C accelerator's twin (what the C
+  saves, same run). Both adapters are coroutines that
   do not suspend here: from Python 3.12 their task starts eagerly and the host call is
   answered inline; on 3.11 the task's first step and its done callback each cost a trip
   round the loop.
@@ -63,7 +65,7 @@ import uvloop
 
 from benchmarks._harness import BenchRow, measure, ratio_row
 from suaveplan_sandbox.adapters import Adapters, BeneathRootFs
-from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.permissions import PermissionPolicy, _accel
 from suaveplan_sandbox.protocol import NEED_DATA, Call, FrameDecoder, encode
 from suaveplan_sandbox.testing import InMemoryFs
 from suaveplan_sandbox.vm import create_vm_sandbox
@@ -389,7 +391,9 @@ def run() -> list[BenchRow]:
         # CPU rows what the sandbox's code costs. The last two read through the in-memory
         # fake and through the default adapter's thread.
         threaded = BeneathRootFs(root, inline_io=False)
-        sb, sb0, sbm, sbt = [
+        with _accel.pure_python():  # the inline read's Python reference, not its C twin
+            python_read = BeneathRootFs(root)
+        sb, sb0, sbm, sbt, sbp = [
             await create_vm_sandbox(
                 plugin_module_path=str(root / "p.py"),
                 policy=policy,
@@ -401,6 +405,7 @@ def run() -> list[BenchRow]:
                 (0, None),
                 (DEFAULT_BUSY_POLL_US, Adapters(fs=fs)),
                 (DEFAULT_BUSY_POLL_US, Adapters(fs=threaded)),
+                (DEFAULT_BUSY_POLL_US, Adapters(fs=python_read)),
             )
         ]
         echo, codec_echo, polling_echo = _Echo(), _Echo(_CODEC_ECHO), _Echo(_POLLING_ECHO)
@@ -410,6 +415,7 @@ def run() -> list[BenchRow]:
             await echo.asyncio_driven(200)
             await codec_echo.codec_driven(200)
             calls, reads, calls0, reads0, reads_mem, reads_thread = [], [], [], [], [], []
+            reads_python: list[float] = []
             xp_async, xp_block, xp_codec, xp_read, xp_polled = [], [], [], [], []
             echo_cpu, call_cpu, read_cpu = _Cpu(echo.proc.pid), _Cpu(sb.pid), _Cpu(sb.pid)
             call0_cpu, read0_cpu = _Cpu(sb0.pid), _Cpu(sb0.pid)
@@ -434,14 +440,16 @@ def run() -> list[BenchRow]:
                 reads0.append(await read0_cpu.run(_per_call(lambda: sb0.call("read"), 300), 300))
                 reads_mem.append(await _per_call(lambda: sbm.call("read"), 300))
                 reads_thread.append(await _per_call(lambda: sbt.call("read"), 300))
+                reads_python.append(await _per_call(lambda: sbp.call("read"), 300))
                 fs.calls.clear()  # the fake adapter records every call
         finally:
             echo.close()
             codec_echo.close()
             polling_echo.close()
-            for box in (sb, sb0, sbm, sbt):
+            for box in (sb, sb0, sbm, sbt, sbp):
                 await box.dispose()
             threaded.close()
+            python_read.close()
         call_s, read_s = statistics.median(calls), statistics.median(reads)
         call0_s, read0_s = statistics.median(calls0), statistics.median(reads0)
         base_async, base_block = statistics.median(xp_async), statistics.median(xp_block)
@@ -472,6 +480,17 @@ def run() -> list[BenchRow]:
         rows.append(
             ratio_row(
                 "vm.call fs.read_bytes 1KiB, busy_poll_us=0", read0_s, cross, base_async, info=True
+            )
+        )
+        # The inline read's system calls in C (`_speedups.read_cached`, when built) against
+        # its Python reference, through the same sandbox machinery.
+        rows.append(
+            ratio_row(
+                "vm.call fs.read_bytes 1KiB",
+                read_s,
+                "the same, inline read in Python",
+                statistics.median(reads_python),
+                info=True,
             )
         )
         for label, samples in (
