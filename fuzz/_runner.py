@@ -31,6 +31,7 @@ TARGETS: Final[Mapping[str, str]] = {
     "url_check": "fuzz.url_check",
     "fs_check": "fuzz.fs_check",
     "sql_gate": "fuzz.sql_gate",
+    "fs_inline_read": "fuzz.fs_inline_read",
 }
 DEFAULT_BUILD_DIR: Final = REPO_ROOT / "build" / "fuzz"
 DICTIONARIES: Final = Path(__file__).resolve().parent / "dictionaries"
