@@ -42,8 +42,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, final
-from urllib.parse import parse_qsl, unquote, urlsplit
 
+from suaveplan_sandbox.adapters._credentials import url_passwords
 from suaveplan_sandbox.adapters._protocols import QueryResult
 from suaveplan_sandbox.adapters._sqlite import (
     DEFAULT_MAX_RESULT_BYTES,
@@ -348,9 +348,7 @@ def _conninfo_passwords(conninfo: str) -> tuple[str, ...]:
         )
     found = [str(params.get("password") or "")]
     if conninfo.startswith(("postgresql://", "postgres://")):
-        url = urlsplit(conninfo)
-        found.append(unquote(url.password or ""))
-        found += [v for k, v in parse_qsl(url.query, keep_blank_values=True) if k == "password"]
+        found += url_passwords(conninfo)
     found += [v.replace("\\", "\\\\").replace("'", "\\'") for v in found]
     return tuple(dict.fromkeys(v for v in found if v))
 

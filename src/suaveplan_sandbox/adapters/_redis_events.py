@@ -32,8 +32,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Final, final
-from urllib.parse import parse_qsl, unquote, urlsplit
 
+from suaveplan_sandbox.adapters._credentials import url_passwords
 from suaveplan_sandbox.adapters._event_envelope import read_event, write_event
 from suaveplan_sandbox.adapters._events import event_depth
 from suaveplan_sandbox.adapters._protocols import EventHandler
@@ -214,10 +214,8 @@ class RedisEventBus:
         self._metrics = metrics
         # The password the client uses, and any other the URL's text shows (userinfo wins
         # over a `?password=`, which then stays in the URL): never in a diagnostic.
-        parts = urlsplit(url)
         shown = [self._redis.connection_pool.connection_kwargs.get("password")]
-        shown.append(unquote(parts.password or ""))
-        shown += [v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "password"]
+        shown += url_passwords(url)
         self._passwords = tuple(dict.fromkeys(v for v in shown if isinstance(v, str) and v))
 
     def __repr__(self) -> str:
