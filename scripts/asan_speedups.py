@@ -24,6 +24,7 @@ TESTS = [
     "tests/permissions/test_checker.py",
     "tests/permissions/test_rule_properties.py",
     "tests/adapters/test_fs_inline.py",
+    "tests/vm/test_poll_recv.py",
 ]
 
 

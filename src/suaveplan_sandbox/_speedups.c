@@ -27,8 +27,10 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -1066,9 +1068,74 @@ read_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 #endif
 
+/* ------------------------------------------------------------------ polling recv --- */
+
+/* poll_recv(fd, buffer, deadline) -> bytes read (0 at end of file), or -1 when the
+ * monotonic clock (`time.monotonic()`'s, CLOCK_MONOTONIC) passed `deadline` first.
+ *
+ * Why this exists: the VM channel's busy polling (`busy_poll_us`) waits for an answer the
+ * other process sends within microseconds. In Python each empty try is a failed recv that
+ * builds and unwinds a BlockingIOError, a clock read and a sched_yield: a few microseconds
+ * a turn, so an answer is noticed that much late, and the waiting churns the caches the
+ * code handling the answer then runs in. Here a turn is the two system calls alone.
+ *
+ * Nothing is parsed: the bytes land in the caller's writable buffer, for the same decoder
+ * as any other read. recv(MSG_DONTWAIT) until data, end of file or an error other than
+ * EAGAIN/EINTR (raised as OSError), sched_yield between tries (the other process may share
+ * this CPU). The GIL is released while waiting. */
+static PyObject *
+poll_recv(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "poll_recv(fd, buffer, deadline)");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    double deadline = PyFloat_AsDouble(args[2]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (fd < 0 || fd > INT32_MAX) {
+        errno = EBADF;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    ssize_t n;
+    int err = 0;
+    struct timespec now;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        n = recv((int)fd, view.buf, (size_t)view.len, MSG_DONTWAIT);
+        if (n >= 0) {
+            break;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            err = errno;
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)now.tv_sec + (double)now.tv_nsec * 1e-9 > deadline) {
+            break;
+        }
+        sched_yield();
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (err != 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(n);
+}
+
 /* ------------------------------------------------------------------------ module --- */
 
 static PyMethodDef module_methods[] = {
+    {"poll_recv", (PyCFunction)(void (*)(void))poll_recv, METH_FASTCALL,
+     "poll_recv(fd, buffer, deadline) -> bytes read, or -1 when the deadline passed"},
     {"bind_ada", bind_ada, METH_O,
      "bind_ada(path) -> ada major version: use ada's C API from its loaded shared object"},
 #ifdef SYS_openat2

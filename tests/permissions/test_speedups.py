@@ -92,6 +92,7 @@ def test_the_accelerator_is_built_and_used_by_the_checker() -> None:
             "fs": True,
             "fetch": True,
             "fs_read": True,
+            "poll": True,
             "why": "",
         }
         policy = PermissionPolicy.from_manifest(manifest, root="/srv")
@@ -115,12 +116,12 @@ def test_the_environment_switch_turns_the_accelerator_off_in_a_fresh_process() -
         )
         out[value] = run.stdout.strip()
     assert out["1"] == (
-        "{'fs': False, 'fetch': False, 'fs_read': False,"
+        "{'fs': False, 'fetch': False, 'fs_read': False, 'poll': False,"
         " 'why': 'disabled by SUAVEPLAN_SANDBOX_NO_SPEEDUPS'}"
         " None None"
     )
     assert out["0"].startswith(
-        "{'fs': True, 'fetch': True, 'fs_read': True, 'why': ''} <suaveplan_sandbox."
+        "{'fs': True, 'fetch': True, 'fs_read': True, 'poll': True, 'why': ''} <suaveplan_sandbox."
     )
 
 
@@ -133,6 +134,7 @@ def test_pure_python_switch_restores_itself() -> None:
             assert status["fs"] is False
             assert status["fetch"] is False
             assert status["fs_read"] is False
+            assert status["poll"] is False
             assert str(status["why"]).startswith("disabled")
         assert _accel.fs_matcher() is _speedups.FsMatcher
         assert _accel.fetch_matcher() is _speedups.FetchMatcher

@@ -1,5 +1,6 @@
 """The optional C accelerator (`suaveplan_sandbox._speedups`): uncached fs and fetch checks,
-and the fs adapter's inline read (`fs_read_cached`).
+the fs adapter's inline read (`fs_read_cached`) and the VM channel's polling wait
+(`poll_recv`).
 
 The pure-Python checks in `_fs_rules` and `_fetch_rules` are the reference; the C matchers
 are drop-ins over the same tables, memo dicts and decision objects (see `_speedups.c` for
@@ -44,15 +45,23 @@ _ENV_OFF: Final = os.environ.get(DISABLE_ENV, "") not in ("", "0")
 _enabled = not _ENV_OFF
 
 
+def env_disabled() -> bool:
+    """Whether `SUAVEPLAN_SANDBOX_NO_SPEEDUPS` switched the accelerator off in this process
+    (the VM fork server is started with the same switch)."""
+    return _ENV_OFF
+
+
 def speedups_status() -> dict[str, object]:
     """Which C code this process uses: `{"fs": bool, "fetch": bool, "fs_read": bool,
-    "why": str}` (the fs and fetch matchers, the fs adapter's inline read)."""
+    "poll": bool, "why": str}` (the fs and fetch matchers, the fs adapter's inline read,
+    the VM channel's polling wait)."""
     fs = _module is not None and _enabled
     why = _why if _enabled else (f"disabled by {DISABLE_ENV}" if _ENV_OFF else "disabled")
     return {
         "fs": fs,
         "fetch": fs and _fetch_ok,
         "fs_read": fs_read_cached() is not None,
+        "poll": poll_recv() is not None,
         "why": why if not (fs and _fetch_ok) else "",
     }
 
@@ -77,6 +86,14 @@ def fs_read_cached() -> Callable[[int, bytes, int, int, int, int, int], bytes | 
     if _module is None or not _enabled:
         return None
     return getattr(_module, "read_cached", None)
+
+
+def poll_recv() -> Callable[[int, bytearray, float], int] | None:
+    """The C polling wait the VM channel uses (`_worker_loop.poll_receiver`), or None for
+    its Python twin. Looked up when a channel is made."""
+    if _module is None or not _enabled:
+        return None
+    return cast("Callable[[int, bytearray, float], int]", _module.poll_recv)
 
 
 @contextlib.contextmanager

@@ -67,8 +67,9 @@ import signal
 import socket
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any, Final, final
 
 import psutil
@@ -94,6 +95,7 @@ from suaveplan_sandbox.permissions import (
     DenyReason,
     PermissionChecker,
     PermissionPolicy,
+    _accel,
     budget_error,
 )
 from suaveplan_sandbox.permissions._topic_rules import topic_matches
@@ -118,11 +120,13 @@ from suaveplan_sandbox.protocol import (
 from suaveplan_sandbox.vm._guest import load_plugin
 from suaveplan_sandbox.vm._guest._runtime import MAX_SUBSCRIPTIONS
 from suaveplan_sandbox.vm._hardening import HardeningReport, cpu_backstop_seconds
+from suaveplan_sandbox.vm._inline_wait import INLINE_WAIT_US, MAX_HOLD_S, loop_share
 from suaveplan_sandbox.vm._worker_loop import (
     DEFAULT_BUSY_POLL_US,
     MAX_BUSY_POLL_US,
     PROBE_CALL,
     AdaptivePoll,
+    poll_receiver,
 )
 from suaveplan_sandbox.vm._zygote import fork_server
 
@@ -342,6 +346,10 @@ def _sampled_process(pid: int) -> psutil.Process:
         raise _sampling_unavailable(exc) from None
 
 
+def _never_polled(buf: bytearray, deadline: float) -> int:
+    raise AssertionError("polled before the channel was set up")
+
+
 @dataclass(eq=False, slots=True)
 class _Job:
     """One unit of worker time: a plugin call (`fut` set) or an event delivery (`fut` None)."""
@@ -418,6 +426,9 @@ class VmSandbox:
         self._sent_at = 0.0  # loop time the worker was last sent something it answers
         self._answered = True  # the worker has answered since
         self._hot: asyncio.Handle | None = None  # keeps the loop polling while it is set
+        self._share = loop_share(self._loop)
+        self._poll_recv: Callable[[bytearray, float], int] = _never_polled
+        self._inline = False  # `call` is reading the worker's frames itself (`_wait_inline`)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _move(self, event: str) -> None:
@@ -506,6 +517,8 @@ class VmSandbox:
     def _fail_jobs(self, err: SuaveplanError) -> None:
         """The job in flight fails with `err`; queued ones, never sent, as after a crash."""
         current, waiting = self._job, list(self._waiting)
+        if current is not None:
+            self._share.busy -= 1
         self._job = None
         self._waiting.clear()
         self._queued_events = self._queued_event_bytes = 0
@@ -601,8 +614,10 @@ class VmSandbox:
 
     def _on_readable(self) -> None:
         sock = self._sock
-        if sock is None:
-            return
+        if sock is not None:
+            self._read_from(sock)
+
+    def _read_from(self, sock: socket.socket) -> None:
         recv = _recv_buffer
         try:
             n = sock.recv_into(recv.buf)
@@ -610,16 +625,45 @@ class VmSandbox:
             return
         except OSError:
             n = 0
+        self._received(recv.view[:n])
+
+    def _received(self, data: memoryview) -> None:
         if not self._answered:
             self._answered = True
             self._poll.waited(self._loop.time() - self._sent_at)
-        self._on_readable_data(recv.view[:n])
+        self._on_readable_data(data)
+
+    def _begin_inline(self, job: _Job) -> None:
+        """Send `job`, then read the worker's frames here, without a turn of the loop, until
+        it ends, its host call waits on the loop, a window passes with nothing read, or the
+        wait has held the loop for `MAX_HOLD_MS` (`_inline_wait`). No keep-hot callback is
+        queued meanwhile: nothing else is waited for. The clock is the monotonic one, not the
+        loop's (uvloop's stands still within a callback)."""
+        window = min(self._poll.window_s, INLINE_WAIT_US / 1e6)
+        receive = self._poll_recv
+        recv = _recv_buffer
+        self._inline = True
+        try:
+            self._begin(job)
+            now = monotonic()
+            end = now + MAX_HOLD_S  # a worker sending frame after frame holds it no longer
+            while self._sock is not None and self._job is job and not job.awaiting_host:
+                try:
+                    n = receive(recv.buf, min(now + window, end))
+                except OSError:
+                    n = 0
+                if n < 0:
+                    return  # nothing came: the loop's reader callback takes over
+                self._received(recv.view[:n])
+                now = monotonic()
+        finally:
+            self._inline = False
 
     def _expect_answer(self) -> None:
         """The worker was just sent something it answers: poll for the answer if due."""
         self._answered = False
         self._sent_at = self._loop.time()
-        if self._poll.on and self._hot is None:
+        if self._poll.on and self._hot is None and not self._inline:
             self._hot = self._loop.call_soon(self._keep_hot)
 
     def _keep_hot(self) -> None:
@@ -788,6 +832,7 @@ class VmSandbox:
     def _begin(self, job: _Job) -> None:
         self._move("call")
         self._job = job
+        self._share.busy += 1
         if self._wall_s is not None:  # the tracker's call clock serves the wall budget only
             self._tracker.start_call()
             self._deadline_at = self._loop.time() + self._wall_s
@@ -825,6 +870,7 @@ class VmSandbox:
         if self._wall_s is not None:
             self._tracker.end_call()
         self._job = None
+        self._share.busy -= 1
         self._move("result")
         fut = job.fut
         if err is None:
@@ -1046,7 +1092,15 @@ class VmSandbox:
         fut: asyncio.Future[Any] = self._loop.create_future()
         job = _Job(call_id, frame, fut)
         if self._job is None and state is _S.IDLE:
-            self._begin(job)
+            share = self._share
+            if self._poll.on and share.busy == 0:
+                self._begin_inline(job)
+                if fut.done():  # answered inline: no turn of the loop (`_inline_wait`)
+                    if share.answered_inline(self._loop):
+                        await asyncio.sleep(0)
+                    return fut.result()
+            else:
+                self._begin(job)
         else:
             self._waiting.append(job)
         try:
@@ -1192,6 +1246,7 @@ async def create_vm_sandbox(
             os.close(lifeline_r)
         host_end.setblocking(False)
         sb._sock = host_end
+        sb._poll_recv = poll_receiver(host_end, _accel.poll_recv())
         sb._fd = host_end.fileno()
         sb._loop.add_reader(sb._fd, sb._on_readable)
         if sb._sampling:  # only the CPU/RSS sampler reads it; it costs /proc reads

@@ -17,16 +17,18 @@ a host call's reply, or the next call when calls come back to back. Each kind of
 polls only while its last wait was answered within the window (`AdaptivePoll`), so a
 worker that waits long — an idle plugin, a slow adapter — stops polling after one miss
 and then polls only one wait in `REPROBE_EVERY + 1`, to find out whether answers come fast
-again.
+again. The polling itself is `poll_receiver`'s: the C accelerator's loop when it is built,
+its Python twin otherwise; the host's inline waits use the same.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections import deque
 from collections.abc import Callable
-from time import perf_counter
+from time import monotonic
 from typing import Final, NoReturn
 
 from suaveplan_sandbox.errors import SuaveplanError
@@ -100,6 +102,52 @@ class AdaptivePoll:
                 self._slow = 0
 
 
+def _poll_recv_python(sock: socket.socket, buf: bytearray, deadline: float) -> int:
+    """The C accelerator's `poll_recv`, on `sock`: bytes read into `buf` (0 at end of file),
+    or -1 once `time.monotonic()` passed `deadline` with nothing to read. Errors raise."""
+    while True:
+        try:
+            return sock.recv_into(buf, 0, _DONTWAIT)
+        except BlockingIOError:
+            if monotonic() > deadline:
+                return -1
+            os.sched_yield()  # the other process may share this CPU
+
+
+NativePoll = Callable[[int, bytearray, float], int]
+# `permissions._accel.DISABLE_ENV`, which the fork server is started with when the host has
+# it; not imported from there: `permissions` brings the host's stack (pydantic, sqlglot...),
+# which the fork server never loads.
+_NO_SPEEDUPS_ENV: Final = "SUAVEPLAN_SANDBOX_NO_SPEEDUPS"
+
+
+def worker_native_poll() -> NativePoll | None:
+    """The C accelerator's `poll_recv` for a worker: None when it is not built or switched off.
+    Called at import, in the fork server: a hardened worker could not load it (Landlock)."""
+    if os.environ.get(_NO_SPEEDUPS_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from suaveplan_sandbox import _speedups
+    except ImportError:
+        return None
+    native: NativePoll | None = getattr(_speedups, "poll_recv", None)
+    return native
+
+
+_WORKER_NATIVE_POLL: Final = worker_native_poll()
+
+
+def poll_receiver(
+    sock: socket.socket, native: NativePoll | None
+) -> Callable[[bytearray, float], int]:
+    """`receive(buf, deadline)`: poll `sock` until something arrives or the monotonic clock
+    passes `deadline` (-1); `native` (the accelerator's `poll_recv`) when given, else its
+    Python twin."""
+    if native is None:
+        return functools.partial(_poll_recv_python, sock)
+    return functools.partial(native, sock.fileno())
+
+
 class _Channel:
     def __init__(self, sock: socket.socket, busy_poll_s: float = 0.0) -> None:
         self.sock = sock
@@ -108,6 +156,7 @@ class _Channel:
         self._view = memoryview(_recv_buffer)
         self.for_call = AdaptivePoll(busy_poll_s)  # the next call or event, after a reply
         self.for_host = AdaptivePoll(busy_poll_s)  # a host call's answer
+        self._poll_recv = poll_receiver(sock, _WORKER_NATIVE_POLL)
 
     def send(self, msg: Message) -> None:
         self.sock.sendall(encode(msg))
@@ -128,22 +177,14 @@ class _Channel:
             decoder.receive_data(self._view[:n])  # copied: the buffer is reused
 
     def _recv(self, poll: AdaptivePoll) -> int:
-        sock = self.sock
-        began = perf_counter()
+        began = monotonic()
         if poll.on:
-            end = began + poll.window_s
-            while True:
-                try:
-                    n = sock.recv_into(_recv_buffer, 0, _DONTWAIT)
-                except BlockingIOError:
-                    if perf_counter() >= end:
-                        break
-                    os.sched_yield()
-                else:
-                    poll.waited(perf_counter() - began)
-                    return n
-        n = sock.recv_into(_recv_buffer)
-        poll.waited(perf_counter() - began)
+            n = self._poll_recv(_recv_buffer, began + poll.window_s)
+            if n >= 0:
+                poll.waited(monotonic() - began)
+                return n
+        n = self.sock.recv_into(_recv_buffer)
+        poll.waited(monotonic() - began)
         return n
 
 

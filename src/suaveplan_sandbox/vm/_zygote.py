@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgpack
 
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.permissions import _accel
 from suaveplan_sandbox.vm._guest import PluginBundle
 from suaveplan_sandbox.vm._hardening import LAYERS
 
@@ -72,7 +73,9 @@ class ForkServer:
                     str(child.fileno()),
                     json.dumps(paths),
                 ],
-                env={},
+                # Empty, but for the switch that turns the C accelerator off (its polling
+                # wait runs in the workers too): no host variable reaches the fork server.
+                env={_accel.DISABLE_ENV: "1"} if _accel.env_disabled() else {},
                 pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,

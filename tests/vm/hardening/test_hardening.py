@@ -260,20 +260,36 @@ def test_cpu_backstop_is_set_again_only_when_the_limit_moves(
     # RLIMIT_CPU once; a second more of CPU moves the soft limit and sets it again.
     from suaveplan_sandbox.vm._hardening import _apply
 
-    cpu = [41.2]
+    cpu, clock, reads = [41.2], [100.0], [0]
     set_to: list[tuple[int, tuple[int, int]]] = []
+
+    def process_time() -> float:
+        reads[0] += 1
+        return cpu[0]
+
     monkeypatch.setattr(_apply, "_cpu_backstop", 3)
     monkeypatch.setattr(_apply, "_cpu_soft_limit", None)
-    monkeypatch.setattr(time, "process_time", lambda: cpu[0])
+    monkeypatch.setattr(_apply, "_cpu_unchanged_until", -math.inf)
+    monkeypatch.setattr(time, "process_time", process_time)
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(resource, "setrlimit", lambda w, v: set_to.append((w, v)))
     inf = resource.RLIM_INFINITY
     arm_cpu_backstop()
-    cpu[0] = 41.9
-    arm_cpu_backstop()
     assert set_to == [(resource.RLIMIT_CPU, (45, inf))]
-    cpu[0] = 42.1
+    # 0.7 s later the CPU cannot have passed 42 (one thread uses at most 0.7 s of it): the
+    # CPU clock, a system call, is not even read.
+    cpu[0], clock[0] = 41.9, 100.7
     arm_cpu_backstop()
+    assert (reads[0], len(set_to)) == (1, 1)
+    # 0.9 s later it may have: read, and the limit moved with the second passed.
+    cpu[0], clock[0] = 42.1, 100.9
+    arm_cpu_backstop()
+    assert reads[0] == 2
     assert set_to[1:] == [(resource.RLIMIT_CPU, (46, inf))]
+    # Read again but still within second 43: nothing is set.
+    cpu[0], clock[0] = 42.95, 101.85
+    arm_cpu_backstop()
+    assert (reads[0], len(set_to)) == (3, 2)
 
 
 def test_threads_still_work_and_interpreter_is_usable(hardened: dict[str, object]) -> None:

@@ -27,6 +27,7 @@ from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
 from suaveplan_sandbox.vm import _sandbox as vm_sandbox_module
 from suaveplan_sandbox.vm._guest import PluginBundle, load_plugin
 from suaveplan_sandbox.vm._sandbox import DEFAULT_MAX_FRAME_BYTES
+from suaveplan_sandbox.vm._worker_loop import AdaptivePoll
 
 RAW = """
 import os, stat, time
@@ -57,6 +58,17 @@ def send(chunks, then="stall"):
     if then == "stall":
         time.sleep(3600)
     return "sent"
+
+
+def trickle(data, gap):
+    # A byte at a time, each well within the host's polling window of the last.
+    fd = _fd()
+    for byte in data:
+        _write(fd, bytes([byte]))
+        end = time.perf_counter() + gap
+        while time.perf_counter() < end:
+            pass
+    return "trickled"
 
 
 def bomb(head, count, unit, tail=b""):
@@ -221,6 +233,39 @@ async def test_a_frame_at_the_limit_is_read_whole(
         )
         assert value == b"z" * size
         assert sb.state == "idle"
+
+
+async def test_a_frame_trickled_byte_by_byte_cannot_hold_the_hosts_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: VmSandbox
+) -> None:
+    # Every byte comes within the polling window of the last (widened, so that no pause of
+    # the worker's ends the wait either), so only the inline wait's own bound (MAX_HOLD_MS)
+    # hands the channel back to the loop; then the wall-clock budget fires long before the
+    # frame is whole (a second or more of trickling). A wait that restarted with every byte
+    # would hold the loop until the frame failed to decode.
+    monkeypatch.setattr(vm_sandbox_module, "INLINE_WAIT_US", 10_000_000)
+    sb = await _escaped(tmp_path, monkeypatch, RAW, budgets={"wallClockMs": 300})
+    sb._poll = AdaptivePoll(10.0)  # the host's own window, too
+    turns, done = 0, False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    tick = asyncio.ensure_future(ticker())
+    try:
+        async with sb:
+            body = b"\x00" * 50_000
+            call = sb.call("trickle", len(body).to_bytes(4, "big") + body, 0.00002)
+            err = await _coded_end(sb, call, other)
+            seen = turns
+    finally:
+        done = True
+        await tick
+    assert err.code == "BUDGET_EXCEEDED"
+    assert seen >= 10
 
 
 # -- msgpack bombs ------------------------------------------------------------------------

@@ -416,15 +416,29 @@ def hardening_was_applied() -> bool:
     return _applied
 
 
+_cpu_unchanged_until = -math.inf  # monotonic time before which the limit cannot need a reset
+
+
 def arm_cpu_backstop() -> None:
     """Re-arm the per-call RLIMIT_CPU backstop (soft limit = CPU used + budget); no-op
     outside a hardened worker or without a wallClockMs budget."""
-    global _cpu_soft_limit  # noqa: PLW0603 - per worker process
+    global _cpu_soft_limit, _cpu_unchanged_until  # noqa: PLW0603 - per worker process
     if _cpu_backstop is None:
         return
+    # The limit is only set again once the CPU used passes a whole second (`ceil` changes).
+    # The worker has one thread, so its CPU grows no faster than the monotonic clock: until
+    # the clock has moved as far as the CPU had left to that second, no reading is needed.
+    # The CPU clock is a system call here, the monotonic one is not. (Were there more
+    # threads, a skipped reset would leave the older limit, which is lower: stricter.)
+    now = time.monotonic()
+    if now < _cpu_unchanged_until:
+        return
     # The process's user + system CPU, what RLIMIT_CPU counts (a clock read costs less than
-    # getrusage); the limit is only set again once a whole second more has been used.
-    soft = math.ceil(time.process_time()) + _cpu_backstop
+    # getrusage).
+    used = time.process_time()
+    whole = math.ceil(used)
+    _cpu_unchanged_until = now + (whole - used)
+    soft = whole + _cpu_backstop
     if soft == _cpu_soft_limit:
         return
     with contextlib.suppress(OSError, ValueError):
