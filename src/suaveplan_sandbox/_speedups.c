@@ -985,7 +985,31 @@ bind_ada(PyObject *module, PyObject *arg)
  * of them. Returns the bytes; None whenever the thread must serve the read instead; raises
  * OSError(EOPNOTSUPP) when the filesystem refuses `rwf` (the caller stops trying). Every
  * call here is one the caller has arranged not to wait, so the GIL is held throughout.
+ * The path is checked here as the twin's caller checks it (`is_normalised`): a path no
+ * request may name is None before any system call.
  */
+/* Whether `path` (`len` bytes) names what a request may: no empty, `.` or `..` component
+ * (so neither a leading nor a trailing `/`, nor `//`) and no NUL; `_fs._normalised`. */
+static int
+is_normalised(const char *path, Py_ssize_t len)
+{
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i <= len; i++) {
+        if (i < len && path[i] == '\0') {
+            return 0;
+        }
+        if (i == len || path[i] == '/') {
+            Py_ssize_t n = i - start;
+            if (n == 0 || (n == 1 && path[start] == '.') ||
+                (n == 2 && path[start] == '.' && path[start + 1] == '.')) {
+                return 0;
+            }
+            start = i + 1;
+        }
+    }
+    return 1;
+}
+
 #ifdef SYS_openat2
 struct suave_open_how {
     uint64_t flags;
@@ -1019,8 +1043,8 @@ read_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     const char *path = PyBytes_AS_STRING(args[1]);
-    if ((Py_ssize_t)strlen(path) != PyBytes_GET_SIZE(args[1]) || root < 0 || limit < 0) {
-        Py_RETURN_NONE; /* a NUL in the path, or nothing to resolve against */
+    if (!is_normalised(path, PyBytes_GET_SIZE(args[1])) || root < 0 || limit < 0) {
+        Py_RETURN_NONE; /* a path no request may name, or nothing to resolve against */
     }
     struct stat st;
     int fd = open_beneath((int)root, path, path_flags, resolve);

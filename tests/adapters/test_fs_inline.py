@@ -461,6 +461,15 @@ def test_the_c_read_declines_a_file_the_page_cache_does_not_hold(tmp_path: Path)
     ("path", "limit"),
     [
         (b"data/a.bin\0", 4096),  # a NUL: never a shorter path
+        # Paths the kernel would resolve inside the root, but no request may name (what
+        # `_normalised` refuses, checked in C before any system call).
+        (b"data/../data/a.bin", 4096),
+        (b"data/sub/../a.bin", 4096),
+        (b"./data/a.bin", 4096),
+        (b"data/./a.bin", 4096),
+        (b"data//a.bin", 4096),
+        (b"data/a.bin/", 4096),
+        (b"", 4096),
         (b"data/a.bin", -1),
         (b"/etc/passwd", 4096),  # absolute: refused beneath the root
         (b"data/out", 4096),
@@ -478,6 +487,7 @@ def test_the_c_read_declines_what_no_inline_read_may_return(
     root = inline._hold_root()
     try:
         assert read_c(root, path, limit, 0, *_OPEN_ARGS) is None
+        assert read_c(root, b"data/a.bin", 4096, 0, *_OPEN_ARGS) == b"a" * 1024  # the control
         assert read_c(-1, b"data/a.bin", 4096, 0, *_OPEN_ARGS) is None  # no root to resolve in
         with pytest.raises(TypeError):
             read_c(root, "data/a.bin", 4096, 0, *_OPEN_ARGS)  # bytes only

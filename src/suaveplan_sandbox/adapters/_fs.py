@@ -577,9 +577,7 @@ class BeneathRootFs:
         read_c = self._read_cached_c
         if read_c is None:
             return self._read_cached_python(path, limit)
-        if not _normalised(path.split("/")):
-            return None
-        root = self._hold_root()
+        root = self._hold_root()  # the path is checked in C, as `_normalised` checks it
         if root < 0:
             return None
         try:
