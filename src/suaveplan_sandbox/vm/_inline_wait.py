@@ -9,23 +9,27 @@ the worker's frames itself, right after sending, serving a host call the gateway
 there, until the call's result arrives, a host call has to wait on the loop (an adapter that
 suspends), or `INLINE_WAIT_US` pass without a frame.
 
-That holds the loop for at most `INLINE_WAIT_US` a wait, as a call that did that much work on
-the host would, and never while another sandbox's answer could be waiting for it. A call
-answered inline need not yield to the loop, and one that yielded every time would pay a turn
-of the loop for each: instead, a call answered inline yields once (`asyncio.sleep(0)`) when
-the loop has not turned for `MAX_HOLD_MS`, so a task calling in a tight loop lets every other
-task run at least that often.
+A wait holds the loop for at most `INLINE_WAIT_US` without a frame and `MAX_HOLD_MS` in all,
+as a call that did that much work on the host would, and never while another sandbox's
+answer could be waiting for it. A call answered inline returns without yielding to the loop,
+so calls answered inline one after another (a task calling in a tight loop, or many tasks
+each making one call in the same turn) would keep the loop from polling its I/O and running
+its timers. So inline waits may only start within `MAX_HOLD_MS` of the first one since the
+loop last turned; after that a call waits on the loop as usual (and so yields, and lets the
+sandboxes' answers overlap), and the next turn starts the count again. Time is the monotonic
+clock's (`time.monotonic()`, the clock the C polling wait reads), whatever loop is running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
+from time import monotonic
 from typing import Final, final
 
 # The longest one inline wait holds the loop (the sandbox's own `busy_poll_us` when smaller).
 INLINE_WAIT_US: Final = 200
-# How long calls answered inline may keep the loop from turning before one yields.
+# How long inline waits may keep the loop from turning, one wait or several in a row.
 MAX_HOLD_MS: Final = 2
 MAX_HOLD_S: Final = MAX_HOLD_MS / 1000
 
@@ -33,24 +37,26 @@ MAX_HOLD_S: Final = MAX_HOLD_MS / 1000
 @final
 class LoopShare:
     """What the sandboxes of one event loop know of each other: how many have a job in
-    flight, and since when calls answered inline have held the loop."""
+    flight, and since when inline waits have held the loop."""
 
     __slots__ = ("busy", "held_since")
 
     def __init__(self) -> None:
         self.busy = 0  # sandboxes of this loop with a job in flight
-        # Loop time of the first call answered inline since the loop last ran `_turned`.
+        # When the first inline wait since the loop last ran `_turned` began (monotonic).
         self.held_since: float | None = None
 
-    def answered_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Note a call answered inline; True when it must yield to the loop before returning."""
-        now = loop.time()
+    def may_wait_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether a call about to start (none of the loop's sandboxes busy) may wait
+        inline; the first since the loop turned starts the hold."""
+        if self.busy:
+            return False
         since = self.held_since
         if since is None:
-            self.held_since = now
+            self.held_since = monotonic()
             loop.call_soon(self._turned)
-            return False
-        return now - since > MAX_HOLD_S
+            return True
+        return monotonic() - since <= MAX_HOLD_S
 
     def _turned(self) -> None:
         self.held_since = None

@@ -637,8 +637,8 @@ class VmSandbox:
         """Send `job`, then read the worker's frames here, without a turn of the loop, until
         it ends, its host call waits on the loop, a window passes with nothing read, or the
         wait has held the loop for `MAX_HOLD_MS` (`_inline_wait`). No keep-hot callback is
-        queued meanwhile: nothing else is waited for. The clock is the monotonic one, not the
-        loop's (uvloop's stands still within a callback)."""
+        queued meanwhile: nothing else is waited for. Deadlines are on the monotonic clock,
+        the one the C polling wait reads."""
         window = min(self._poll.window_s, INLINE_WAIT_US / 1e6)
         receive = self._poll_recv
         recv = _recv_buffer
@@ -1093,11 +1093,9 @@ class VmSandbox:
         job = _Job(call_id, frame, fut)
         if self._job is None and state is _S.IDLE:
             share = self._share
-            if self._poll.on and share.busy == 0:
+            if self._poll.on and share.may_wait_inline(self._loop):
                 self._begin_inline(job)
                 if fut.done():  # answered inline: no turn of the loop (`_inline_wait`)
-                    if share.answered_inline(self._loop):
-                        await asyncio.sleep(0)
                     return fut.result()
             else:
                 self._begin(job)
