@@ -647,7 +647,13 @@ class VmSandbox:
             self._begin(job)
             now = monotonic()
             end = now + MAX_HOLD_S  # a worker sending frame after frame holds it no longer
-            while self._sock is not None and self._job is job and not job.awaiting_host:
+            share = self._share
+            while (
+                self._sock is not None
+                and self._job is job
+                and not job.awaiting_host
+                and share.busy == 1  # a host call that started another sandbox's job ends it
+            ):
                 try:
                     n = receive(recv.buf, min(now + window, end))
                 except OSError:

@@ -11,21 +11,23 @@ load widen every window involved (`_wide`) instead of timing anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import uvloop
 
-from suaveplan_sandbox.adapters import Adapters
-from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.adapters import Adapters, EventHandler
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions import PermissionPolicy, _accel
 from suaveplan_sandbox.testing import InMemoryFs
 from suaveplan_sandbox.vm import VmSandbox, _inline_wait, _worker_loop, create_vm_sandbox
@@ -189,6 +191,73 @@ async def test_a_host_call_that_suspends_is_answered_through_the_loop(tmp_path: 
         answer, turns = await _turns_during(sb.call("read", "./data/a.bin"))
         assert answer == b"a" * 1024
         assert turns > 0  # the wait stopped at the host call; the loop ran the adapter
+
+
+class _SyncBus:
+    """An events adapter that delivers synchronously, inside `publish` (the protocol allows
+    a plain method): the handler's coroutine is run to its end right there."""
+
+    def __init__(self) -> None:
+        self.handlers: list[EventHandler] = []
+
+    def publish(self, plugin: str, topic: str, payload: WireValue) -> None:
+        for handler in self.handlers:
+            coro = handler(topic, payload)
+            assert isinstance(coro, Coroutine)
+            with contextlib.suppress(StopIteration):
+                coro.send(None)
+            coro.close()
+
+    def subscribe(self, plugin: str, pattern: str, handler: EventHandler) -> _SyncBus:
+        self.handlers.append(handler)
+        return self
+
+    def close(self) -> None:
+        self.handlers.clear()
+
+
+PUBLISHER = """
+import datetime
+
+from suaveplan import events
+
+
+@events.subscribe("t")
+def on_t(payload):
+    pass
+
+
+def publish_then_spin(seconds):
+    events.publish("t", 1)
+    end = datetime.datetime.now() + datetime.timedelta(seconds=seconds)
+    while datetime.datetime.now() < end:
+        pass
+    return "spun"
+"""
+
+
+@pytest.mark.usefixtures("wide")
+async def test_a_host_call_that_starts_another_sandboxs_job_ends_the_inline_wait(
+    tmp_path: Path,
+) -> None:
+    # The host call completes inline, but it began a delivery on the listener: that answer
+    # must not wait for the publisher's call. With the publisher's wait ended, the loop reads
+    # the listener's answer while the publisher still spins.
+    bus = _SyncBus()
+    (tmp_path / "pub.py").write_text(PUBLISHER)
+    events = {"publishes": ["t"], "subscribes": ["t"]}
+    policy = PermissionPolicy.from_manifest({"name": "pub", "events": events}, root=tmp_path)
+    adapters = Adapters(events=bus)
+    make = functools.partial(
+        create_vm_sandbox, plugin_module_path=tmp_path / "pub.py", policy=policy, proxies=adapters
+    )
+    async with _wide(await make()) as publisher, await make() as listener:
+        assert await publisher.call("publish_then_spin", 0) == "spun"
+        # Both got the event; the publisher's own delivery was queued behind its call.
+        while publisher.events_delivered + listener.events_delivered < 2:
+            await asyncio.sleep(0.01)
+        assert await publisher.call("publish_then_spin", 0.3) == "spun"
+        assert listener.events_delivered == 2  # read while the publisher's call ran
 
 
 # -- what an inline wait may not hold back ------------------------------------------------
