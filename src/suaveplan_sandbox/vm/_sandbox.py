@@ -43,7 +43,11 @@ callbacks and I/O run as usual meanwhile. It is adaptive: a sandbox keeps pollin
 while the last answer came within the window, so a slow plugin or adapter costs one window,
 then one in every `REPROBE_EVERY + 1` answers (`AdaptivePoll`). The worker polls the same
 way (see `_worker_loop`), except under a `cpuPercent` budget, where polling would bill the
-plugin for time it spends waiting.
+plugin for time it spends waiting. And when no other sandbox of the loop has a job in
+flight, `call` skips the loop altogether: it reads the worker's frames itself right after
+sending, serving host calls the gateway completes there, and returns without a turn of the
+loop (`_begin_inline`; its bounds, and why the loop stays responsive, in `_inline_wait`).
+The polling itself is `poll_receiver`'s, in C where the accelerator is built.
 
 Lifecycle (state, event) -> state; any unexpected exception moves to CRASHED:
 
@@ -1154,8 +1158,9 @@ async def create_vm_sandbox(
     need an explicit `proxies=` (nothing is read from the environment).
 
     `busy_poll_us` (0 to `MAX_BUSY_POLL_US`): how long the host's loop and the worker poll
-    for an answer before they block (see the module docstring); 0 trades call latency for
-    idle CPU. The worker does not poll under a `cpuPercent` budget.
+    for an answer before they block (see the module docstring), and whether a call may wait
+    for its answer inline (`_inline_wait`); 0 trades call latency for idle CPU. The worker
+    does not poll under a `cpuPercent` budget.
 
     `log_lines_per_s` (an int >= 0, or None for no limit): how many of the plugin's log
     lines a second (a burst of as many) reach the host's `logging`; the rest are counted in
