@@ -69,27 +69,6 @@ def chatter(seconds):
 """
 
 
-class _SlowFs:
-    """In-memory files whose reads suspend on the loop for `delay` seconds."""
-
-    def __init__(self, delay: float) -> None:
-        self.inner = InMemoryFs({"data/a.bin": b"a" * 1024})
-        self.delay = delay
-
-    async def read_bytes(self, path: str, *, max_bytes: int) -> bytes:
-        await asyncio.sleep(self.delay)
-        return await self.inner.read_bytes(path, max_bytes=max_bytes)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        await self.inner.write_bytes(path, data)
-
-    async def list_dir(self, path: str) -> list[str]:
-        return await self.inner.list_dir(path)
-
-    async def exists(self, path: str) -> bool:
-        return await self.inner.exists(path)
-
-
 def _policy(root: Path, **budgets: int) -> PermissionPolicy:
     manifest: dict[str, Any] = {"name": "inline", "permissions": {"fs": ["./data/*"]}}
     if budgets:
@@ -186,7 +165,9 @@ async def test_while_another_sandbox_is_busy_a_call_waits_on_the_loop(tmp_path: 
 
 
 async def test_a_host_call_that_suspends_is_answered_through_the_loop(tmp_path: Path) -> None:
-    async with await _sandbox(tmp_path, proxies=Adapters(fs=_SlowFs(0.05))) as sb:
+    async with await _sandbox(
+        tmp_path, proxies=Adapters(fs=InMemoryFs({"data/a.bin": b"a" * 1024}, delay=0.05))
+    ) as sb:
         await sb.call("noop")
         answer, turns = await _turns_during(sb.call("read", "./data/a.bin"))
         assert answer == b"a" * 1024
