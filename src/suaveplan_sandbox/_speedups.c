@@ -1100,8 +1100,8 @@ read_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * Why this exists: the VM channel's busy polling (`busy_poll_us`) waits for an answer the
  * other process sends within microseconds. In Python each empty try is a failed recv that
  * builds and unwinds a BlockingIOError, a clock read and a sched_yield: a few microseconds
- * a turn, so an answer is noticed that much late, and the waiting churns the caches the
- * code handling the answer then runs in. Here a turn is the two system calls alone.
+ * a turn, so an answer is noticed that much late. Here a turn is the two system calls
+ * (and a vDSO clock read) alone.
  *
  * Nothing is parsed: the bytes land in the caller's writable buffer, for the same decoder
  * as any other read. recv(MSG_DONTWAIT) until data, end of file or an error other than

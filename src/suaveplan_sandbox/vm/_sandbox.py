@@ -432,7 +432,7 @@ class VmSandbox:
         self._hot: asyncio.Handle | None = None  # keeps the loop polling while it is set
         self._share = loop_share(self._loop)
         self._poll_recv: Callable[[bytearray, float], int] = _never_polled
-        self._inline = False  # `call` is reading the worker's frames itself (`_wait_inline`)
+        self._inline = False  # `call` is reading the worker's frames itself (`_begin_inline`)
 
     # -- lifecycle ------------------------------------------------------------------------
     def _move(self, event: str) -> None:
@@ -618,10 +618,8 @@ class VmSandbox:
 
     def _on_readable(self) -> None:
         sock = self._sock
-        if sock is not None:
-            self._read_from(sock)
-
-    def _read_from(self, sock: socket.socket) -> None:
+        if sock is None:
+            return
         recv = _recv_buffer
         try:
             n = sock.recv_into(recv.buf)
