@@ -50,13 +50,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"hello")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server() -> Iterator[int]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd.server_address[1]
     httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=10)
 
 
 @pytest.mark.parametrize(
@@ -195,7 +197,7 @@ async def test_connect_vets_the_address_and_returns_a_socket(server: int) -> Non
     sock.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tls_server() -> Iterator[tuple[int, ssl.SSLContext]]:
     ca = trustme.CA()
     cert = ca.issue_cert("plugin.test")
@@ -209,6 +211,8 @@ def tls_server() -> Iterator[tuple[int, ssl.SSLContext]]:
     thread.start()
     yield httpd.server_address[1], client_ctx
     httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=10)
 
 
 async def test_https_dials_the_vetted_ip_and_verifies_the_original_hostname(

@@ -4,6 +4,7 @@ that answers maliciously: what reaches the wire, what the host keeps, and how it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import socket
 import ssl
@@ -36,7 +37,8 @@ class _Recorder:
         self.closed = threading.Event()
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._server = threading.Thread(target=self._serve, daemon=True)
+        self._server.start()
 
     def _serve(self) -> None:
         while True:
@@ -71,7 +73,14 @@ class _Recorder:
                 return
 
     def close(self) -> None:
+        # Closing alone does not wake a thread blocked in `accept` on Linux (it would stay
+        # blocked for the rest of the session, on a descriptor number the next socket may
+        # reuse); shutting the listener down does, and `accept` then fails.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
+        self._server.join(timeout=10)
+        assert not self._server.is_alive()
 
 
 def _ok(head: bytes) -> list[bytes]:
