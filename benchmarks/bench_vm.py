@@ -49,6 +49,7 @@ is shared and noisy, so every figure is the median of several alternating rounds
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 import statistics
@@ -68,7 +69,7 @@ from suaveplan_sandbox.adapters import Adapters, BeneathRootFs
 from suaveplan_sandbox.permissions import PermissionPolicy, _accel
 from suaveplan_sandbox.protocol import NEED_DATA, Call, FrameDecoder, encode
 from suaveplan_sandbox.testing import InMemoryFs
-from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
+from suaveplan_sandbox.vm import create_vm_sandbox
 from suaveplan_sandbox.vm._worker_loop import DEFAULT_BUSY_POLL_US
 from suaveplan_sandbox.vm._zygote import fork_server
 
@@ -350,10 +351,6 @@ def run() -> list[BenchRow]:
             for _ in range(4)
         ]
 
-        async def in_turn(box: VmSandbox, n: int) -> None:
-            for _ in range(n):
-                await box.call("noop")
-
         try:
             total = POOL_CALLS
             await asyncio.gather(*(boxes[i % 4].call("noop") for i in range(400)))
@@ -361,7 +358,12 @@ def run() -> list[BenchRow]:
             for _ in range(3):
                 t = time.perf_counter()
                 if in_sequence:
-                    await asyncio.gather(*(in_turn(box, total // 4) for box in boxes))
+                    await asyncio.gather(
+                        *(
+                            _per_call(functools.partial(box.call, "noop"), total // 4)
+                            for box in boxes
+                        )
+                    )
                 else:
                     await asyncio.gather(*(boxes[i % 4].call("noop") for i in range(total)))
                 samples.append((time.perf_counter() - t) / total)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import ssl
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import trustme
 
+from adapters._http import serving
 from suaveplan_sandbox.adapters._fetch import HttpxFetch, Resolver, address_refused
 from suaveplan_sandbox.adapters._protocols import HttpRequest
 from suaveplan_sandbox.errors import SuaveplanError
@@ -52,13 +52,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd.server_address[1]
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=10)
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _Handler)) as httpd:
+        yield httpd.server_address[1]
 
 
 @pytest.mark.parametrize(
@@ -207,12 +202,8 @@ def tls_server() -> Iterator[tuple[int, ssl.SSLContext]]:
     ca.configure_trust(client_ctx)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.socket = server_ctx.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd.server_address[1], client_ctx
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=10)
+    with serving(httpd):
+        yield httpd.server_address[1], client_ctx
 
 
 async def test_https_dials_the_vetted_ip_and_verifies_the_original_hostname(

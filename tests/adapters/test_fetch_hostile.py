@@ -18,6 +18,7 @@ import httpcore
 import pytest
 import trustme
 
+from adapters._http import serving
 from suaveplan_sandbox.adapters._fetch import HttpxFetch, _VettedBackend
 from suaveplan_sandbox.adapters._protocols import HttpRequest
 from suaveplan_sandbox.errors import SuaveplanError
@@ -457,10 +458,8 @@ def keepalive_tls() -> Iterator[tuple[int, ssl.SSLContext, type[_KeepAlive]]]:
     handler = type("_Counted", (_KeepAlive,), {"connections": 0})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.socket = server_ctx.wrap_socket(httpd.socket, server_side=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield httpd.server_address[1], client_ctx, handler
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(httpd):
+        yield httpd.server_address[1], client_ctx, handler
 
 
 async def test_a_tls_connection_verified_for_one_name_is_never_reused_for_another(
