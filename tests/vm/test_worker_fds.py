@@ -13,6 +13,7 @@ import os
 import pickle
 from pathlib import Path
 
+from _forking import fork
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
 from suaveplan_sandbox.vm._hardening import RlimitSettings, apply_hardening, prepare_hardening
@@ -64,7 +65,7 @@ def _hardened_child_fds(keep_extra: list[int]) -> dict[str, list[int]]:
     the report pipe, and report which fds below 64 are open after."""
     plan = prepare_hardening(RlimitSettings(address_space_bytes=None, cpu_seconds=30))
     r, w = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - child
         try:
             os.close(r)

@@ -12,6 +12,7 @@ import pickle
 from collections.abc import Callable
 from pathlib import Path
 
+from _forking import fork
 from suaveplan_sandbox.vm._guest import (
     GuestRuntime,
     _runtime,
@@ -29,7 +30,7 @@ def hello(who):
 
 def _in_prepared_child(body: Callable[[], dict[str, object]]) -> dict[str, object]:
     r, w = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - child
         code = 0
         try:

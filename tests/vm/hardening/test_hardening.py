@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
+from _forking import fork
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._hardening import (
     LAYERS,
@@ -50,7 +51,7 @@ def _in_hardened_child(
     canary = os.open(os.devnull, os.O_RDONLY)
     r, w = os.pipe()
     os.environ["SUAVE_CANARY"] = "1"
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - child
         code = 0
         try:
@@ -230,7 +231,7 @@ def _burn(seconds: float) -> None:
 def test_cpu_backstop_is_rearmed_per_call_and_kills_a_runaway_call() -> None:
     plan = prepare_hardening(RlimitSettings(address_space_bytes=None, cpu_seconds=1))
     r, w = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - child
         try:
             os.close(r)

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from _forking import fork
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.vm import create_vm_sandbox
 from suaveplan_sandbox.vm._guest import load_plugin
@@ -141,7 +142,7 @@ def test_a_worker_whose_host_died_before_it_armed_the_lifeline_exits_at_once() -
     # The race: the host ends between the fork request and the worker arming its lifeline.
     read_end, write_end = os.pipe()
     os.close(write_end)
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - the child
         try:
             arm_lifeline(read_end)
@@ -155,7 +156,7 @@ def test_a_worker_whose_host_died_before_it_armed_the_lifeline_exits_at_once() -
 
 def test_an_armed_lifeline_kills_through_the_default_sigio_action() -> None:
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - the child
         try:
             os.close(write_end)
