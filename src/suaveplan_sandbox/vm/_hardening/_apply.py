@@ -9,7 +9,13 @@ Threads: seccomp allows `clone` only with CLONE_THREAD, so threads work and proc
 real uid, and root ignores it), so `RLIMIT_NPROC=0` would block threads for a non-root worker
 only: it is set only when seccomp cannot be applied (then it is the process backstop, and
 threads are blocked as well). Signals to other processes are blocked by Landlock scoped
-signals when the ABI is >= 6.
+signals when the ABI is >= 6, and otherwise by the filter (kill and friends, F_SETOWN, only
+to the worker's own pid, patched into its copy of the program after fork).
+
+Landlock governs opening files and changing the tree, not file metadata (mode, owner, times,
+xattrs), SysV IPC, or other same-uid processes' rlimits and scheduling: the filter refuses
+those too, and `no_new_privs` also empties the capability sets (a root fork server's worker
+would hold them all). Syscall numbers newer than the reviewed table return ENOSYS.
 
 Cost: a forked worker pays about 3.5 µs for every page it writes first (copy-on-write, and
 more on a VM), which makes touching Python objects, not syscalls, the price of hardening.
@@ -56,6 +62,7 @@ _SYS_LANDLOCK_RESTRICT_SELF: Final = 446
 _LANDLOCK_CREATE_RULESET_VERSION: Final = 1
 _PR_SET_NO_NEW_PRIVS: Final = 38
 _PR_SET_SECCOMP: Final = 22
+_LINUX_CAPABILITY_VERSION_3: Final = 0x20080522
 _SECCOMP_MODE_FILTER: Final = 2
 
 _AUDIT_ARCH_X86_64: Final = 0xC000003E
@@ -67,59 +74,68 @@ _X32_BIT: Final = 0x40000000
 _NR_CLONE: Final = 56
 _NR_CLONE3: Final = 435
 
-# x86_64 numbers of the syscalls that return EPERM.
+# x86_64 numbers of the syscalls that return EPERM. Landlock governs opening files and
+# changing the tree, not metadata, SysV IPC or other processes' limits and scheduling, so
+# those are refused here too; a root worker also drops its capabilities (`no_new_privs`).
 _DENIED_SYSCALLS: Final = (
-    59,
-    322,
-    57,
-    58,  # execve execveat fork vfork
-    41,
-    53,
-    42,
-    49,
-    50,
-    43,
-    288,  # socket socketpair connect bind listen accept accept4
-    101,
-    310,
-    311,
-    438,  # ptrace process_vm_readv/writev pidfd_getfd
-    272,
-    308,
-    165,
-    166,
-    155,
-    161,  # unshare setns mount umount2 pivot_root chroot
-    428,
-    429,
-    430,
-    431,
-    432,
-    433,
-    442,  # new mount API, mount_setattr
-    321,
-    250,
-    248,
-    249,
-    298,  # bpf keyctl add_key request_key perf_event_open
-    246,
-    320,
-    175,
-    313,
-    176,  # kexec_load kexec_file_load init/finit/delete_module
-    323,
-    425,
-    426,
-    427,
-    304,
-    303,  # userfaultfd io_uring_* open_by_handle_at name_to_handle_at
-    135,
-    169,
-    167,
-    168,
-    163,
-    179,  # personality reboot swapon swapoff acct quotactl
-)
+    # processes and programs
+    59, 322, 57, 58,  # execve execveat fork vfork
+    # sockets (only the inherited IPC socket is used)
+    41, 53, 42, 49, 50, 43, 288,  # socket socketpair connect bind listen accept accept4
+    # other processes: debugging, memory, fds, priority, scheduling, limits (see below)
+    101, 310, 311, 438, 312,  # ptrace process_vm_readv/writev pidfd_getfd kcmp
+    440, 448, 256, 279,  # process_madvise process_mrelease migrate_pages move_pages
+    141, 251, 142, 144, 314,  # setpriority ioprio_set sched_setparam/setscheduler/setattr
+    # namespaces, mounts, roots
+    272, 308, 165, 166, 155, 161,  # unshare setns mount umount2 pivot_root chroot
+    428, 429, 430, 431, 432, 433, 442, 467,  # new mount API, mount_setattr, open_tree_attr
+    457, 458,  # statmount listmount
+    # kernel facilities with a history of bugs, or host-global state
+    321, 250, 248, 249, 298,  # bpf keyctl add_key request_key perf_event_open
+    246, 320, 175, 313, 176,  # kexec_load kexec_file_load init/finit/delete_module
+    323, 425, 426, 427, 304, 303,  # userfaultfd io_uring_* open_by_handle_at name_to_handle_at
+    135, 169, 167, 168, 163, 179, 443,  # personality reboot swapon swapoff acct quotactl(_fd)
+    170, 171, 164, 227,  # sethostname setdomainname settimeofday clock_settime
+    159, 305,  # adjtimex clock_adjtime
+    103, 172, 173, 154, 153, 134,  # syslog iopl ioperm modify_ldt vhangup uselib
+    300, 301, 253, 254, 294,  # fanotify_init/mark inotify_init/add_watch/init1
+    # file metadata, which Landlock does not govern: mode, owner, times, xattrs, attributes
+    90, 91, 268, 452,  # chmod fchmod fchmodat fchmodat2
+    92, 93, 94, 260,  # chown fchown lchown fchownat
+    132, 235, 261, 280,  # utime utimes futimesat utimensat
+    188, 189, 190, 197, 198, 199, 463, 466,  # setxattr family, removexattr family
+    191, 192, 194, 195, 464, 465,  # getxattr/listxattr by path
+    468, 469,  # file_getattr file_setattr
+    # SysV IPC and POSIX message queues: shared with the host and every sibling worker
+    29, 30, 31, 67,  # shmget shmat shmctl shmdt
+    64, 65, 66, 220,  # semget semop semctl semtimedop
+    68, 69, 70, 71,  # msgget msgsnd msgrcv msgctl
+    240, 241, 242, 243, 244, 245,  # mq_open mq_unlink mq_timedsend/timedreceive/notify/getsetattr
+)  # fmt: skip
+
+# Allowed only with a pid of 0 (the worker itself): glibc's setrlimit is prlimit64(0, ...),
+# and the CPU backstop needs it; another process of the same uid is out of bounds.
+_SELF_ONLY_SYSCALLS: Final = (302, 203)  # prlimit64 sched_setaffinity
+
+# The highest syscall number the lists above were reviewed against (Linux 6.17's table);
+# anything newer returns ENOSYS, as on an older kernel, instead of being allowed unread.
+_LAST_REVIEWED_SYSCALL: Final = 469
+
+# Without Landlock's signal scope (ABI < 6, or no Landlock), a worker in the host's process
+# group and uid could signal the host, the fork server and its siblings. The filter then
+# lets these address only the worker itself: `_PID_SLOT` is replaced by its pid after fork.
+_SIGNAL_TO_PID_SYSCALLS: Final = (62, 234, 129, 297)  # kill tgkill rt_(tg)sigqueueinfo
+_SIGNAL_DENIED_SYSCALLS: Final = (200, 424)  # tkill pidfd_send_signal
+_NR_FCNTL: Final = 72
+_NR_IOCTL: Final = 16
+_F_SETOWN: Final = 8
+_F_SETOWN_EX: Final = 15
+_SETOWN_IOCTLS: Final = (0x8901, 0x8902)  # FIOSETOWN SIOCSPGRP: a pid behind a pointer
+_PID_SLOT: Final = 0xFFFFFFFF
+
+# CLONE_NEWNS CLONE_NEWCGROUP CLONE_NEWUTS CLONE_NEWIPC CLONE_NEWUSER CLONE_NEWPID
+# CLONE_NEWNET CLONE_NEWTIME: refused even for a thread.
+_CLONE_NEW_ANY: Final = 0x00020000 | 0x7E000000 | 0x00000080
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -133,8 +149,12 @@ _JSET: Final = 0x45
 _RET: Final = 0x06
 
 
-def build_seccomp_program() -> bytes:
-    """The BPF filter as raw `sock_filter` bytes (8 bytes an instruction)."""
+def build_seccomp_program(*, scope_signals: bool = False) -> bytes:
+    """The BPF filter as raw `sock_filter` bytes (8 bytes an instruction).
+
+    `scope_signals`: signals only to the worker itself (see `_SIGNAL_TO_PID_SYSCALLS`); the
+    program then holds `_PID_SLOT` constants for `pid_slot_offsets` to patch.
+    """
     eperm = _RET_ERRNO | errno.EPERM
     prog = [
         _insn(_LD_ABS, 0, 0, 4),  # arch
@@ -143,19 +163,66 @@ def build_seccomp_program() -> bytes:
         _insn(_LD_ABS, 0, 0, 0),  # nr
         _insn(_JGE, 0, 1, _X32_BIT),
         _insn(_RET, 0, 0, eperm),
-        _insn(_JEQ, 0, 4, _NR_CLONE),
+        _insn(_JGE, 0, 1, _LAST_REVIEWED_SYSCALL + 1),
+        _insn(_RET, 0, 0, _RET_ERRNO | errno.ENOSYS),
+        _insn(_JEQ, 0, 5, _NR_CLONE),
         _insn(_LD_ABS, 0, 0, 16),  # args[0] low word: clone flags
+        _insn(_JSET, 2, 0, _CLONE_NEW_ANY),
         _insn(_JSET, 0, 1, _CLONE_THREAD),
         _insn(_RET, 0, 0, _RET_ALLOW),
         _insn(_RET, 0, 0, eperm),
         _insn(_JEQ, 0, 1, _NR_CLONE3),
         _insn(_RET, 0, 0, _RET_ERRNO | errno.ENOSYS),
     ]
+    # args[n] is at 16 + 8n; a pid_t or an int command is its low word, all the kernel reads.
+    for nr in _SELF_ONLY_SYSCALLS:
+        prog.append(_insn(_JEQ, 0, 4, nr))
+        prog.append(_insn(_LD_ABS, 0, 0, 16))
+        prog.append(_insn(_JEQ, 0, 1, 0))
+        prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
+        prog.append(_insn(_RET, 0, 0, eperm))
+    if scope_signals:
+        for nr in _SIGNAL_TO_PID_SYSCALLS:
+            prog.append(_insn(_JEQ, 0, 4, nr))
+            prog.append(_insn(_LD_ABS, 0, 0, 16))
+            prog.append(_insn(_JEQ, 0, 1, _PID_SLOT))
+            prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
+            prog.append(_insn(_RET, 0, 0, eperm))
+        for nr in _SIGNAL_DENIED_SYSCALLS:
+            prog.append(_insn(_JEQ, 0, 1, nr))
+            prog.append(_insn(_RET, 0, 0, eperm))
+        # fcntl F_SETOWN (SIGIO/SIGURG go to the owner) only to itself; F_SETOWN_EX never.
+        prog.append(_insn(_JEQ, 0, 8, _NR_FCNTL))
+        prog.append(_insn(_LD_ABS, 0, 0, 24))
+        prog.append(_insn(_JEQ, 5, 0, _F_SETOWN_EX))
+        prog.append(_insn(_JEQ, 1, 0, _F_SETOWN))
+        prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
+        prog.append(_insn(_LD_ABS, 0, 0, 32))
+        prog.append(_insn(_JEQ, 0, 1, _PID_SLOT))
+        prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
+        prog.append(_insn(_RET, 0, 0, eperm))
+        # ioctl FIOSETOWN/SIOCSPGRP never (their pid is behind a pointer); other ioctls pass.
+        prog.append(_insn(_JEQ, 0, 5, _NR_IOCTL))
+        prog.append(_insn(_LD_ABS, 0, 0, 24))
+        prog.append(_insn(_JEQ, 2, 0, _SETOWN_IOCTLS[0]))
+        prog.append(_insn(_JEQ, 1, 0, _SETOWN_IOCTLS[1]))
+        prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
+        prog.append(_insn(_RET, 0, 0, eperm))
     for nr in _DENIED_SYSCALLS:
         prog.append(_insn(_JEQ, 0, 1, nr))
         prog.append(_insn(_RET, 0, 0, eperm))
     prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
     return b"".join(prog)
+
+
+def pid_slot_offsets(program: bytes) -> tuple[int, ...]:
+    """Byte offsets of the `k` fields that `build_seccomp_program(scope_signals=True)` left
+    as `_PID_SLOT` for the worker's pid (only jump-if-equal instructions use it)."""
+    return tuple(
+        off + 4
+        for off in range(0, len(program), 8)
+        if struct.unpack_from("=HBBI", program, off)[::3] == (_JEQ, _PID_SLOT)
+    )
 
 
 def cpu_backstop_seconds(wall_clock_ms: int | float | None) -> int | None:
@@ -269,9 +336,13 @@ class _Native:
     once before forking. Keeps the buffers the blocks point into alive."""
 
     __slots__ = (
+        "capset",
+        "capset_data",
+        "capset_header",
         "clearenv",
         "landlock_attr",
         "landlock_size",
+        "pid_slots",
         "prctl",
         "seccomp_filter",
         "seccomp_prog",
@@ -286,8 +357,14 @@ class _Native:
         self.prctl.restype = ctypes.c_int
         self.clearenv = libc.clearenv
         self.clearenv.restype = ctypes.c_int
+        self.capset = libc.capset
+        self.capset.restype = ctypes.c_int
+        # capset(2) version 3, this process: every set empty. The kernel only reads these.
+        self.capset_header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+        self.capset_data = (ctypes.c_uint32 * 6)()
         self.landlock_attr = None if landlock is None else ctypes.create_string_buffer(landlock[0])
         self.landlock_size = ctypes.c_size_t(0 if landlock is None else landlock[1])
+        self.pid_slots = () if seccomp is None else pid_slot_offsets(seccomp)
         if seccomp is None:
             self.seccomp_filter = self.seccomp_prog = None
         else:
@@ -326,7 +403,10 @@ def prepare_hardening(
         if name not in LAYERS:
             raise ValueError(f"unknown hardening layer {name!r}")
     abi, why = _landlock_abi()
-    program = build_seccomp_program() if _NATIVE_OK else None
+    # Landlock scopes signals from ABI 6; without it, the filter does (costing each worker
+    # one copied page for its pid).
+    scoped_by_landlock = abi is not None and abi >= 6 and "landlock_fs" not in _force_unavailable
+    program = build_seccomp_program(scope_signals=not scoped_by_landlock) if _NATIVE_OK else None
     net = "landlock_net" not in _force_unavailable
     return HardeningPlan(
         rlimits=rlimits,
@@ -480,10 +560,16 @@ def _set_rlimits(args: tuple[RlimitSettings, bool]) -> None:
 
 
 def _no_new_privs(native: _Native | None) -> None:
+    """No privilege gained later (exec of setuid or file-capability programs), and none kept:
+    a worker forked from a root fork server would otherwise hold every capability (set the
+    hostname or clock, read the kernel log, raise its hard rlimits back, make namespaces).
+    Empty permitted and inheritable sets also empty the ambient set."""
     if native is None:
         raise _LayerFailed("prctl: not linux x86_64")
     if native.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise _LayerFailed(f"prctl({_PR_SET_NO_NEW_PRIVS}): {os.strerror(ctypes.get_errno())}")
+    if native.capset(native.capset_header, native.capset_data) != 0:
+        raise _LayerFailed(f"capset: {os.strerror(ctypes.get_errno())}")
 
 
 def _landlock(native: _Native | None) -> None:
@@ -502,6 +588,10 @@ def _landlock(native: _Native | None) -> None:
 def _seccomp(native: _Native | None) -> None:
     if native is None or native.seccomp_prog is None:
         raise _LayerFailed("seccomp: no program prepared")
+    if native.pid_slots:  # signal scoping by seccomp: this worker's own copy of the program
+        pid = os.getpid()
+        for off in native.pid_slots:
+            struct.pack_into("=I", native.seccomp_filter, off, pid)  # type: ignore[arg-type]
     if native.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(native.seccomp_prog), 0, 0):
         raise _LayerFailed(f"seccomp: {os.strerror(ctypes.get_errno())}")
 
