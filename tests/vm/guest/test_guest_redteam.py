@@ -325,6 +325,40 @@ def get_origin_of_type_is_the_guarded_type():
     return [typing.get_origin(typing.Type) is type, typing.get_args(typing.Type[int]) == (int,)]
 
 
+def attribute_error_obj_of_an_alias_origin():
+    try:
+        typing.Type.nope
+    except AttributeError as e:
+        return repr(e.obj)
+
+
+def attribute_error_obj_through_getattr():
+    try:
+        typing.Type.nope
+    except AttributeError as e:
+        return repr(getattr(e, "obj"))
+
+
+def user_string_format_reads_a_dunder():
+    return collections.UserString(CLASS_FIELD).format(1)
+
+
+def user_string_format_map_reads_a_dunder():
+    template = "{x." + U + "class" + U + "}"
+    return collections.UserString(template).format_map({"x": 1})
+
+
+def typing_context_manager_origin_is_sealed():
+    alias = getattr(typing, "ContextManager", None)  # not listed by 3.13's typing
+    if alias is None:
+        return "sealed"
+    try:
+        typing.get_origin(alias).gen = property(len)
+    except TypeError:
+        return "sealed"
+    return "mutated"
+
+
 def raise_generator_exit():
     raise GeneratorExit()
 
@@ -364,6 +398,10 @@ REFUSED = {
     "real_type_from_get_origin": INDIRECT,
     "metaclass_through_typing_type": INDIRECT,
     "register_on_a_shared_abc": FROZEN,
+    "attribute_error_obj_of_an_alias_origin": FORBIDDEN,
+    "attribute_error_obj_through_getattr": FORBIDDEN,
+    "user_string_format_reads_a_dunder": FORBIDDEN,
+    "user_string_format_map_reads_a_dunder": FORBIDDEN,
 }
 
 
@@ -406,6 +444,7 @@ async def test_the_guarded_facades_still_answer(attacks: VmSandbox) -> None:
     assert await attacks.call("shared_containers_are_read_only") == ["read-only"] * 3
     assert await attacks.call("get_origin_of_type_is_the_guarded_type") == [True, True]
     assert await attacks.call("register_on_own_abc") is True
+    assert await attacks.call("typing_context_manager_origin_is_sealed") == "sealed"
 
 
 @pytest.mark.parametrize("name", ["str_format_of_a_str_subclass", "str_format_through_super"])
@@ -613,6 +652,68 @@ async def test_ordinary_private_attribute_idioms_keep_working(tmp_path: Path) ->
         await sb.dispose()
 
 
+OBJ_IDIOMS = """
+import collections
+import dataclasses
+
+
+@dataclasses.dataclass
+class Wrapped:
+    obj: object
+    n: int = 0
+
+
+class Holder:
+    def __init__(self, obj):
+        self.obj = obj
+
+    def get(self):
+        return self.obj
+
+
+def tagged():
+    return 1
+
+
+tagged.obj = "t"
+
+
+def run():
+    match Wrapped("w", 2):
+        case Wrapped(o, n):
+            matched = [o, n]
+    holder = Holder(3)
+    setattr(holder, "obj", 4)
+    return [
+        matched,
+        holder.get(),
+        getattr(holder, "obj"),
+        tagged.obj,
+        dataclasses.asdict(Wrapped(5)),
+        collections.UserString("{0}-{x}").format(1, x=2),
+        collections.UserString("{x}").format_map({"x": 3}),
+    ]
+"""
+
+
+async def test_the_plugins_own_obj_attributes_and_user_string_format_keep_working(
+    tmp_path: Path,
+) -> None:
+    sb = await _create(tmp_path, OBJ_IDIOMS)
+    try:
+        assert await sb.call("run") == [
+            ["w", 2],
+            4,
+            4,
+            "t",
+            {"obj": 5, "n": 0},
+            "1-2",
+            "3",
+        ]
+    finally:
+        await sb.dispose()
+
+
 # -- load time ---------------------------------------------------------------------------
 
 
@@ -625,6 +726,7 @@ async def test_ordinary_private_attribute_idioms_keep_working(tmp_path: Path) ->
         "    match x:\n        case mod._Hidden():\n            return 1\n",
         "    match x:\n        case mod._VALUE:\n            return 1\n",
         "    match x:\n        case mod.format:\n            return 1\n",
+        "    match x:\n        case AttributeError(obj=o):\n            return o\n",
     ],
 )
 def test_patterns_naming_private_or_formatting_attributes_are_refused_at_load(

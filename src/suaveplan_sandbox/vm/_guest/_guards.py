@@ -11,7 +11,8 @@ The stdlib guards (`install_stdlib_guards`) close routes through which trusted s
 library code would do for the guest what the guest may not do itself: copy's
 `_reconstruct` (any `setattr`, dunders included), dataclasses' `Field.name` (pasted into
 the source dataclasses `exec`s, and read back with `getattr`), the functional Enum API
-(dunder class attributes such as `__match_args__`) and `ABCMeta.register` on shared ABCs.
+(dunder class attributes such as `__match_args__`), `ABCMeta.register` on shared ABCs and
+`UserString.format`/`format_map` (the real `str.format` of any template).
 They patch classes, so they run in the fork server before sealing, like the Protocol guard.
 """
 
@@ -35,8 +36,10 @@ from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest._policy import (
     CLASS_STAMP,
     FORMAT_ATTRS,
+    check_format_string,
     is_forbidden_attr,
     is_guarded_attr,
+    is_owned_only_attr,
     norm,
 )
 
@@ -191,7 +194,7 @@ def _compute_info(t: type, mark: bool) -> _TypeInfo:
             for c in mro
             if c not in PLUGIN_CLASSES
             for k in c.__dict__
-            if isinstance(k, str) and (k.startswith("_") or k in FORMAT_ATTRS)
+            if isinstance(k, str) and (is_owned_only_attr(k) or k in FORMAT_ATTRS)
         ),
         any(c in PLUGIN_CLASSES for c in mro),
         _hook_ok(mro, "__getattribute__", *_HOOK_BASES),
@@ -305,7 +308,9 @@ def g_private(obj: object, name: str, store: bool = False) -> object:
             return obj
     if private_ok(obj, name, store):
         return obj
-    raise forbidden("private attributes of objects the plugin did not create are not available")
+    raise forbidden(
+        "private attributes (and `obj`) of objects the plugin did not create are not available"
+    )
 
 
 def g_pure(obj: object) -> bool:
@@ -408,7 +413,7 @@ def _state_ok(y: object, state: object, strict: bool) -> dict[str, object]:
             raise forbidden("copy may not set that attribute")
         name = norm(key)  # an exact str: what is checked is what is set
         if is_forbidden_attr(name) or (
-            strict and name.startswith("_") and not private_ok(y, name, store=True)
+            strict and is_owned_only_attr(name) and not private_ok(y, name, store=True)
         ):
             raise forbidden("copy may not set that attribute")
         out[name] = value
@@ -495,6 +500,19 @@ def _checked_enum_names(names: object) -> object:
     return out
 
 
+def _checked_user_string(method: str) -> Callable[..., object]:
+    """UserString.format/format_map call the real `str.format` on `self.data`: the runtime's
+    guarded `.format` sees a Python method there, so the template is checked here."""
+
+    def checked(self: Any, /, *args: object, **kwargs: object) -> object:
+        data = self.data  # once: a plugin subclass's property could answer differently
+        if isinstance(data, str):
+            check_format_string(data)
+        return getattr(data, method)(*args, **kwargs)
+
+    return checked
+
+
 def _write_once_field_name(self: object, name: str, value: object) -> None:
     # dataclasses sets `name` once, before the field joins a class; after that it is what
     # dataclasses pastes into generated source and reads back with getattr().
@@ -533,6 +551,10 @@ def install_stdlib_guards() -> None:
         return create(cls, *args, **kwargs)
 
     meta._create_ = _create_
+
+    user_string: Any = collections.UserString
+    for method in ("format", "format_map"):
+        setattr(user_string, method, _checked_user_string(method))
 
     abc_meta: Any = abc.ABCMeta
     register = abc_meta.register

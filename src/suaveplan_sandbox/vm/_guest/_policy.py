@@ -3,12 +3,13 @@
 Direct `eval(...)`/`exec(...)`/`compile(...)` calls are rewritten to `__sp_direct_eval__()`,
 which raises SAND_VM_EVAL_REJECTED at runtime (the plugin still loads). `.format` and
 `.format_map` attribute loads are rewritten to a guarded helper. A `_private` attribute
-(`obj._x`, read, written or deleted) goes through `__sp_private__(obj, "_x", store)` first,
-which lets it through only when the name resolves to the plugin's own class, instance,
-function or module (a foreign `ForwardRef._evaluate` or `Enum._convert_` would run
-`eval` or hand out a real module). A decorated dunder method in a class body is checked to
-stay a method (`__sp_dunder_def__`), so a decorator cannot turn `def __match_args__` into
-the tuple a `match` class pattern reads attribute names from.
+(`obj._x`, read, written or deleted; likewise `x.obj`, see `OWNED_ONLY_ATTRS`) goes through
+`__sp_private__(obj, "_x", store)` first, which lets it through only when the name
+resolves to the plugin's own class, instance, function or module (a foreign
+`ForwardRef._evaluate` or `Enum._convert_` would run `eval` or hand out a real module).
+A decorated dunder method in a class body is checked to stay a method
+(`__sp_dunder_def__`), so a decorator cannot turn `def __match_args__` into the tuple a
+`match` class pattern reads attribute names from.
 """
 
 from __future__ import annotations
@@ -94,6 +95,11 @@ CLASS_STAMP: Final = "__sp_class__"
 # Attribute names that hand out the unguarded `str.format` when read natively (by a match
 # class pattern, a dataclass field of a `str` subclass, ...).
 FORMAT_ATTRS: Final = frozenset({"format", "format_map"})
+# Public names whose value on a foreign object can be an object the plugin never held:
+# `AttributeError.obj` is whatever a failed lookup ran on, and typing's aliases run theirs
+# on their origin (`typing.Type.nope` fails on the real `type`). Checked like `_private`
+# names: readable only where they resolve to the plugin's own attribute.
+OWNED_ONLY_ATTRS: Final = frozenset({"obj"})
 
 _ALLOWED_NODES: Final[tuple[type[ast.AST], ...]] = (
     ast.Module,
@@ -211,11 +217,17 @@ def is_forbidden_attr(name: str) -> bool:
     return n.startswith("__") or n in FRAME_ATTRS or n.startswith("co_")
 
 
+def is_owned_only_attr(name: str) -> bool:
+    """`_private` names and `OWNED_ONLY_ATTRS` (`name` already normalised): readable only
+    where they resolve to the plugin's own attribute."""
+    return name.startswith("_") or name in OWNED_ONLY_ATTRS
+
+
 def is_guarded_attr(name: str) -> bool:
     """A name native code must not read for the guest unless ownership was checked: forbidden
-    ones, `_private` ones and the two `str` formatting methods."""
+    ones, `_private` ones, `OWNED_ONLY_ATTRS` and the two `str` formatting methods."""
     n = norm(name)
-    return is_forbidden_attr(n) or n.startswith("_") or n in FORMAT_ATTRS
+    return is_forbidden_attr(n) or is_owned_only_attr(n) or n in FORMAT_ATTRS
 
 
 def _err(code: str, msg: str, filename: str, node: ast.AST, **extra: str) -> SuaveplanError:
@@ -259,7 +271,7 @@ class _Checker(ast.NodeTransformer):
                 node,
             )
         self.generic_visit(node)
-        if node.attr.startswith("_"):
+        if is_owned_only_attr(node.attr):
             # Checked at run time against the receiver: only the plugin's own objects.
             store = not isinstance(node.ctx, ast.Load)
             node.value = ast.copy_location(

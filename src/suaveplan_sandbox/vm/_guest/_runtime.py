@@ -51,9 +51,11 @@ from suaveplan_sandbox.vm._guest._policy import (
     GUARD_FORMAT,
     GUARD_PRIVATE,
     GUARD_PURE,
+    OWNED_ONLY_ATTRS,
     check_format_string,
     is_forbidden_attr,
     is_guarded_attr,
+    is_owned_only_attr,
     norm,
 )
 from suaveplan_sandbox.vm._guest._policy import __file__ as _policy_file
@@ -327,10 +329,12 @@ def _g_dataclass(cls: object = None, /, **kwargs: Any) -> object:
                 mark_plugin_class(out)  # slots=True builds a new class
             own_args = out.__dict__.get("__match_args__")
             if isinstance(own_args, tuple) and any(
-                isinstance(n, str) and is_guarded_attr(n) for n in own_args
+                isinstance(n, str) and is_guarded_attr(n) and n not in OWNED_ONLY_ATTRS
+                for n in own_args
             ):
                 # Positional patterns over private fields: a class pattern would read them
-                # natively from any subject the class admits.
+                # natively from any subject the class admits. (A field named `obj` keeps its
+                # pattern: only an instance holds it, checked below like any match_args.)
                 if kwargs.get("match_args"):
                     raise SuaveplanError(
                         "SAND_VM_ATTRIBUTE_FORBIDDEN",
@@ -458,7 +462,7 @@ def _check_name(name: object, owner: object, store: bool = False) -> str:
     if not isinstance(name, str):
         raise TypeError("attribute name must be a string")
     n = norm(name)
-    if is_forbidden_attr(n) or (n.startswith("_") and not private_ok(owner, n, store)):
+    if is_forbidden_attr(n) or (is_owned_only_attr(n) and not private_ok(owner, n, store)):
         raise SuaveplanError("SAND_VM_ATTRIBUTE_FORBIDDEN", "attribute access is not allowed")
     return n
 

@@ -47,6 +47,9 @@ SEALED_MODULE_PREFIXES: Final = (
     "functools",
     "collections",
     "_collections_abc",
+    # typing's ContextManager aliases hand out its ABCs, and the worker's own code runs
+    # `contextlib.contextmanager` (a property set on the ABC ran plugin code there).
+    "contextlib",
     "dataclasses",
     "enum",
     "typing",
