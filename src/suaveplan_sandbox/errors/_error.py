@@ -11,6 +11,11 @@ from suaveplan_sandbox.errors._registry import is_registered
 MAX_CAUSE_DEPTH: Final = 16
 _MAX_MESSAGE: Final = 4096
 _MAX_DETAIL_ITEMS: Final = 64
+# Characters of text (messages, detail strings and keys, each item counting one more) one
+# error rebuilt from the wire keeps, cause chain included: the per-field cuts alone let a
+# 16 MiB frame through whole (64 keys of 64 strings of 4 KiB), and the host scrubs every
+# character of it for secret values on its loop (seconds for a 64-character value).
+MAX_WIRE_ERROR_TEXT: Final = 64 * 1024
 
 WireValue = None | bool | int | float | str | list["WireValue"] | dict[str, "WireValue"]
 
@@ -111,7 +116,50 @@ def _malformed(what: str) -> SuaveplanError:
     return SuaveplanError("SAND_WIRE_ERROR", f"malformed error on the wire: {what}")
 
 
-def _from_wire(data: object, depth: int) -> SuaveplanError:
+class _Room:
+    """What is left of one wire error's `MAX_WIRE_ERROR_TEXT`, shared by its cause chain."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_WIRE_ERROR_TEXT
+
+    def text(self, value: str, limit: int) -> str:
+        kept = value[: max(0, min(limit, self.left))]
+        self.left -= len(kept) + 1
+        return kept
+
+
+def _plain_wire(value: object, depth: int, room: _Room) -> WireValue:
+    """`_plain` for data from the wire, within `room`: once it is used up, strings are
+    empty and containers end (so also at most `MAX_WIRE_ERROR_TEXT` items in all)."""
+    if depth > 8:
+        return None
+    if value is None or isinstance(value, bool | int | float):
+        room.left -= 1
+        return value
+    if isinstance(value, str):
+        return room.text(value, _MAX_MESSAGE)
+    if isinstance(value, list | tuple):
+        items: list[WireValue] = []
+        for item in value[:_MAX_DETAIL_ITEMS]:
+            if room.left <= 0:
+                break
+            items.append(_plain_wire(item, depth + 1, room))
+        return items
+    if isinstance(value, dict):
+        entries: dict[str, WireValue] = {}
+        for count, (key, item) in enumerate(value.items()):
+            if count >= _MAX_DETAIL_ITEMS or room.left <= 0:
+                break
+            entries[room.text(str(key), 256)] = _plain_wire(item, depth + 1, room)
+        return entries
+    room.left -= 1
+    return type(value).__name__
+
+
+def _from_wire(data: object, depth: int, room: _Room | None = None) -> SuaveplanError:
+    room = room or _Room()
     if not isinstance(data, dict):
         return _malformed("not a map")
     code = data.get("code")
@@ -121,16 +169,16 @@ def _from_wire(data: object, depth: int) -> SuaveplanError:
         return _malformed("code and message must be strings")
     if not isinstance(details, dict):
         return _malformed("details must be a map")
-    plain_details = _plain(details, 0)
+    message = room.text(message, _MAX_MESSAGE)
+    plain_details = _plain_wire(details, 0, room)
     assert isinstance(plain_details, dict)
-    message = message[:_MAX_MESSAGE]
     if not is_registered(code):
         plain_details = {**plain_details, "original_code": code[:128]}
         code = "SAND_UNKNOWN_ERROR"
     err = SuaveplanError(code, message, plain_details)
     cause = data.get("cause")
-    if cause is not None and depth + 1 < MAX_CAUSE_DEPTH:
-        err.__cause__ = _from_wire(cause, depth + 1)
+    if cause is not None and depth + 1 < MAX_CAUSE_DEPTH and room.left > 0:
+        err.__cause__ = _from_wire(cause, depth + 1, room)
     return err
 
 

@@ -664,6 +664,12 @@ class VmSandbox:
                     return  # nothing came: the loop's reader callback takes over
                 self._received(recv.view[:n])
                 now = monotonic()
+                if now >= end:
+                    # The polling wait reads before it looks at the clock, so a past deadline
+                    # never ends it while the worker keeps its socket full (a hostile one held
+                    # the loop, and every budget timer, for as long as it sent): the loop's
+                    # reader callback takes the rest.
+                    return
         finally:
             self._inline = False
 

@@ -114,6 +114,7 @@ async def _escaped(
     source: str,
     budgets: dict[str, int] | None = None,
     fs: object = None,
+    **options: Any,
 ) -> VmSandbox:
     (tmp / "raw.py").write_text(source)
     policy = PermissionPolicy.from_manifest(
@@ -125,6 +126,7 @@ async def _escaped(
             plugin_module_path=tmp / "raw.py",
             policy=policy,
             proxies=Adapters(fs=fs or StalledFs()),  # type: ignore[arg-type]
+            **options,
         )
 
 
