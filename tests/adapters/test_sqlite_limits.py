@@ -284,10 +284,14 @@ async def test_a_value_over_the_value_limit_is_refused(
     assert (await db.query("SELECT count(*) FROM p_t", [])).rows == ((3,),)
 
 
-async def test_printf_past_the_value_limit_stops_there_and_yields_null(db: SqliteDb) -> None:
+async def test_printf_past_the_value_limit_yields_null_or_is_refused(db: SqliteDb) -> None:
     # SQLite's printf stops building its text at the limit (before: a gigabyte) and answers NULL.
-    result = await db.query("SELECT printf('%.*c', ?, 'x') IS NULL", [2 * 1024 * 1024])
+    result = await db.query("SELECT printf('%5000000d', 1) IS NULL", [])
     assert result.rows == ((1,),)
+    # A `%c` repeat count past the limit is refused before SQLite runs it: SQLite would still
+    # write every repeat, one at a time, in a step no deadline reaches.
+    error = await _error(db, "SELECT printf('%.*c', ?, 'x') IS NULL", [2 * 1024 * 1024])
+    assert error.details["reason"] == "value-too-large"
 
 
 async def test_values_up_to_the_value_limit_are_fine(db: SqliteDb) -> None:

@@ -59,7 +59,12 @@ from suaveplan_sandbox import __version__
 from suaveplan_sandbox.adapters._protocols import HttpRequest, HttpResponse
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions._decision import Allow, Deny
-from suaveplan_sandbox.permissions._fetch_rules import ParsedUrl, canonical_host, parse_url
+from suaveplan_sandbox.permissions._fetch_rules import (
+    ParsedUrl,
+    canonical_connect_host,
+    canonical_host,
+    parse_url,
+)
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 T = TypeVar("T")
@@ -515,7 +520,14 @@ class HttpxFetch:
             _ROUTE.reset(token)
 
     async def connect(self, host: str, port: int, *, rule: str) -> socket.socket:
-        addresses = await self.vet(host, port, rule)
+        # The name the checker judged (`check_host`: WHATWG host parsing), not the plugin's
+        # spelling of it, which `getaddrinfo` would read its own way: `straße.de` through
+        # Python's IDNA 2003 codec is `strasse.de`, a domain no rule granted, and `127.1` or
+        # a bare `::1` would miss the IP-literal rule they matched.
+        name = canonical_connect_host(host)
+        if name is None:
+            raise SuaveplanError("SAND_FETCH_FAILED", "the host is not a valid host name")
+        addresses = await self.vet(name, port, rule)
         # One deadline across every address: a name answering with many addresses that
         # swallow SYNs must not hold a thread for `timeout` times each of them.
         deadline = time.monotonic() + self._timeout

@@ -17,8 +17,9 @@ a transaction of the host's, committed only once its rows are accepted, so a cod
 always means nothing was written. Each engine step is kept short by limits: a value is at
 most `max_value_bytes`, a row at most `max_result_columns` values, a LIKE/GLOB pattern at
 most `_LIKE_PATTERN_BYTES`, and the built-ins whose time is the product of two lengths are
-replaced by linear ones (`_sqlite_functions`). A result is read row by row and refused past
-`max_result_rows` or `max_result_bytes`. Every refusal is `SAND_DB_ERROR` with
+replaced by linear ones (`_sqlite_functions`, which also bounds `printf`'s `%c` repeat
+count). A result is read row by row and refused past `max_result_rows` or
+`max_result_bytes`. Every refusal is `SAND_DB_ERROR` with
 `details.reason`.
 
 And for the host's disk. The database file is capped at `max_db_bytes` with
@@ -370,7 +371,13 @@ class SqliteDb:
     # -- authorizer -------------------------------------------------------------------------
 
     def _in_scope(self, name: str | None) -> bool:
-        return name is not None and name.lower().startswith(self._prefix)
+        # `sqlite_` is a valid tablePrefix, but SQLite reserves the name for its own tables
+        # (no plugin table can have it): under that prefix the engine-side rule would grant
+        # exactly `sqlite_master`, `sqlite_sequence` and the like, and nothing of the plugin's.
+        if name is None:
+            return False
+        lowered = name.lower()
+        return lowered.startswith(self._prefix) and not lowered.startswith("sqlite_")
 
     def _authorize(
         self, action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None

@@ -11,6 +11,10 @@ BLOB that is not UTF-8) goes to SQLite's own function on a private in-memory con
 only when the product of the lengths is small enough to be quick. Otherwise the call is
 refused, and `refusal` says why, for the adapter's coded error.
 
+`printf` and `format` are SQLite's own (on the private connection), except that a `%c` whose
+precision repeats it past `max_value_bytes` is refused before it runs: SQLite 3.40 writes it
+one character at a time even after the result outgrew the length limit, in one step.
+
 The differences from the built-ins: a TEXT argument that is not valid UTF-8 fails the call
 (Python cannot read it; `SqliteDb` could not return such a value either), and a result longer
 than `max_value_bytes` characters fails before it is built.
@@ -18,6 +22,8 @@ than `max_value_bytes` characters fails before it is built.
 
 from __future__ import annotations
 
+import math
+import re
 import sqlite3
 from collections.abc import Callable
 from typing import Final, final
@@ -67,6 +73,8 @@ class LinearTextFunctions:
         self.refusal: str | None = None  # why the last refused call was refused
 
     def install(self, conn: sqlite3.Connection) -> None:
+        conn.create_function("printf", -1, self._formatter("printf"), deterministic=True)
+        conn.create_function("format", -1, self._formatter("format"), deterministic=True)
         conn.create_function("replace", 3, self.replace, deterministic=True)
         conn.create_function("instr", 2, self.instr, deterministic=True)
         conn.create_function("trim", 2, self._trimmer("trim", True, True), deterministic=True)
@@ -87,6 +95,10 @@ class LinearTextFunctions:
         first, second = sorted((_length(a) for a in args), reverse=True)[:2]
         if first * second > PAIR_BUDGET:
             raise self._refuse("function-too-costly")
+        return self._builtin(name, args)
+
+    def _builtin(self, name: str, args: tuple[SqliteValue, ...]) -> SqliteValue:
+        """SQLite's own `name(*args)` on the private connection (same length limit)."""
         conn = self._fallback
         if conn is None:
             conn = sqlite3.connect(":memory:", check_same_thread=False)
@@ -96,6 +108,21 @@ class LinearTextFunctions:
         row = conn.execute(f"SELECT {name}({placeholders})", args).fetchone()
         value: SqliteValue = row[0]
         return value
+
+    def _formatter(self, name: str) -> Callable[..., SqliteValue]:
+        """`printf`/`format`: SQLite's own, unless a `%c` repeats past `max_value_bytes`.
+
+        SQLite (3.40) writes `%.Nc` one character at a time, N times, and goes on after the
+        result has outgrown the length limit: `%.2000000000c` is about eight seconds in one
+        engine step, and a statement may hold hundreds of them. Such a result could never be
+        returned anyway, so it is refused up front (`_repeats` over-estimates, never under)."""
+
+        def formatter(*args: SqliteValue) -> SqliteValue:
+            if args and _repeats(args[0], args[1:]) > self._max_chars:
+                raise self._refuse("value-too-large")
+            return self._builtin(name, args)
+
+        return formatter
 
     def replace(self, x: SqliteValue, y: SqliteValue, z: SqliteValue) -> SqliteValue:
         if type(x) is str and type(y) is str and type(z) is str and y and y[0] != "\x00":
@@ -163,3 +190,71 @@ class LinearTextFunctions:
             return text[start:end]
 
         return trim
+
+
+# What SQLite's printf reads between `%` and the conversion letter (flags, width, precision and
+# length modifiers, which it takes in any order); `*` takes a width or precision argument.
+_SPEC_CHARS: Final = frozenset("-+ #!,l*0123456789")
+_LEADING_NUMBER: Final = re.compile(
+    r"\s*[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]*\.?[0-9]*(?:[eE][+-]?[0-9]+)?)"
+)
+_HUGE: Final = 1 << 63
+
+
+def _magnitude(value: SqliteValue) -> int:
+    """At least the absolute value SQLite could read from `value` as a `*` argument."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return abs(value)
+    if isinstance(value, float):
+        return abs(int(value)) if math.isfinite(value) else _HUGE
+    text = value if isinstance(value, str) else value.decode("latin-1")
+    match = _LEADING_NUMBER.match(text)
+    number = match.group().strip() if match else ""
+    if not number.strip("+-."):
+        return 0
+    try:
+        return abs(int(number, 16) if number.lower().startswith("0x") else int(float(number)))
+    except (ValueError, OverflowError):
+        return _HUGE  # a reading we cannot make: assume the worst
+
+
+def _repeats(fmt: SqliteValue, args: tuple[SqliteValue, ...]) -> int:
+    """An upper bound on the characters `%c` conversions with a precision make SQLite write.
+
+    Over-estimates on purpose: every precision of a `%c` spec counts (SQLite keeps the last),
+    and a `*` precision counts as the largest argument of the call, whichever it is."""
+    if not isinstance(fmt, str | bytes):
+        return 0
+    text = fmt if isinstance(fmt, str) else fmt.decode("latin-1")
+    if "c" not in text:
+        return 0
+    largest = max((_magnitude(a) for a in args), default=0)
+    total = 0
+    pos = text.find("%")
+    end = len(text)
+    while 0 <= pos < end:
+        i = pos + 1
+        precision = 0
+        while i < end:
+            ch = text[i]
+            if ch == ".":
+                i += 1
+                if i < end and text[i] == "*":
+                    precision += largest
+                    i += 1
+                    continue
+                start = i
+                while i < end and text[i].isascii() and text[i].isdigit():
+                    i += 1
+                digits = text[start:i]  # SQLite keeps 31 bits of it; a long run is "huge"
+                precision += int(digits or 0) if len(digits) <= 19 else _HUGE
+            elif ch in _SPEC_CHARS:
+                i += 1
+            else:
+                break
+        if i < end and text[i] == "c":
+            total += precision
+        pos = text.find("%", i + 1)
+    return total

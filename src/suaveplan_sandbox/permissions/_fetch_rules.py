@@ -168,6 +168,23 @@ def canonical_host(text: str) -> str | None:
     return None if result is None else result[0]
 
 
+def _canonical_connect(host: str) -> tuple[str, bool] | None:
+    # A bare IPv6 address (as a socket API takes it) is bracketed like a URL host.
+    return _canonical(f"[{host}]" if ":" in host and not host.startswith("[") else host)
+
+
+def canonical_connect_host(host: object) -> str | None:
+    """The host `check_host` judges for a raw connect to `host`, or None if it is not one.
+
+    The adapter must dial this, never the plugin's own spelling: `getaddrinfo` reads a
+    Unicode name with Python's IDNA 2003 codec, which maps `straße.de` to `strasse.de`
+    (another domain than the WHATWG/UTS #46 `xn--strae-oqa.de` the rules matched)."""
+    if type(host) is not str:
+        return None
+    result = _canonical_connect(host)
+    return None if result is None else result[0]
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class _Rule:
@@ -405,8 +422,7 @@ class FetchRuleSet:
     def check_host(self, host: object, port: object) -> Allow | Deny:
         if type(host) is not str or type(port) is not int or not 1 <= port <= 65535:
             return _DENY_INVALID
-        # A bare IPv6 address (as a socket API takes it) is bracketed like a URL host.
-        result = _canonical(f"[{host}]" if ":" in host and not host.startswith("[") else host)
+        result = _canonical_connect(host)
         if result is None:
             return _DENY_INVALID
         canonical, is_ip = result
