@@ -348,6 +348,30 @@ def user_string_format_map_reads_a_dunder():
     return collections.UserString(template).format_map({"x": 1})
 
 
+class _Maker(collections.namedtuple("_Base", "a")):
+    def __new__(cls, *args):
+        return type(_ref())
+
+
+def class_statement_yielding_a_foreign_class():
+    anchor = _Maker._make([1])
+
+    class Adopted(anchor):
+        pass
+
+    return repr(_ref()._evaluate({}, {}, recursive_guard=frozenset()))
+
+
+def class_statement_yielding_a_non_class():
+    class Holder(collections.namedtuple("_Other", "name bases namespace")):
+        pass
+
+    class Made(Holder._make([1, 2, 3])):
+        x = 1
+
+    return [Made.name, len(Made.bases), Made.namespace["x"]]
+
+
 def typing_context_manager_origin_is_sealed():
     alias = getattr(typing, "ContextManager", None)  # not listed by 3.13's typing
     if alias is None:
@@ -402,6 +426,7 @@ REFUSED = {
     "attribute_error_obj_through_getattr": FORBIDDEN,
     "user_string_format_reads_a_dunder": FORBIDDEN,
     "user_string_format_map_reads_a_dunder": FORBIDDEN,
+    "class_statement_yielding_a_foreign_class": INDIRECT,
 }
 
 
@@ -445,6 +470,9 @@ async def test_the_guarded_facades_still_answer(attacks: VmSandbox) -> None:
     assert await attacks.call("get_origin_of_type_is_the_guarded_type") == [True, True]
     assert await attacks.call("register_on_own_abc") is True
     assert await attacks.call("typing_context_manager_origin_is_sealed") == "sealed"
+    # A first base that is not a class makes its type the "metaclass": what that returns
+    # may stand, as long as it is not a class (only a class made from the body is one).
+    assert await attacks.call("class_statement_yielding_a_non_class") == ["Made", 1, 1]
 
 
 @pytest.mark.parametrize("name", ["str_format_of_a_str_subclass", "str_format_through_super"])

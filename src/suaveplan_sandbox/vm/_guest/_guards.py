@@ -92,7 +92,15 @@ def build_plugin_class(
     finally:
         _BUILDING.pop()
         _PENDING.discard(id(token))
-    if isinstance(cls, _b.type) and cls.__dict__.get(CLASS_STAMP) is token:
+    if isinstance(cls, _b.type) and cls.__dict__.get(CLASS_STAMP) is not token:
+        # The "metaclass" is the type of the first base, which need not be a class: a base
+        # that is an instance of a plugin class with its own `__new__` (made without calling
+        # it, by namedtuple's `_make`) handed back any existing class, e.g. `ForwardRef`,
+        # and the plugin would own it. A class statement yields a class made from its body.
+        raise SuaveplanError(
+            "SAND_VM_INDIRECT_EVAL_REJECTED", "a class statement must make its own class"
+        )
+    if isinstance(cls, _b.type):
         with contextlib.suppress(AttributeError, TypeError):
             _b.type.__delattr__(cls, CLASS_STAMP)
         # typing 3.12+ lists a Protocol's members when the class is made.

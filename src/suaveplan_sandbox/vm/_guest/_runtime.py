@@ -695,6 +695,67 @@ RUNTIME_ISSUED_CODES: Final = frozenset(
 _RUNTIME_FILES: Final = frozenset({__file__, _policy_file, _guards_file})
 
 
+# The C accessors behind `exc.__dict__` and `NameError.name`: a plugin subclass's own
+# property, `__getattribute__` or dict key `__eq__` never runs while the runtime reads them.
+_EXC_DICT: Final = BaseException.__dict__["__dict__"]
+_NAME_ERROR_NAME: Final = NameError.__dict__["name"]
+_MAX_DETAIL_VALUES: Final = 256
+
+
+def _exact_str(value: object, limit: int) -> str:
+    """`value` as an exact `str` cut to `limit` ("" if it is not a str): a `str` subclass's
+    `__getitem__`, `__eq__` or `__hash__` would run plugin code in the trusted path that
+    reads it (error translation, `to_wire`, the protocol encoder)."""
+    if type(value) is str:
+        return value[:limit]
+    if issubclass(type(value), str):  # not isinstance(): that reads `__class__`
+        return str.__str__(value)[:limit]
+    return ""
+
+
+def _own_fields(exc: BaseException) -> dict[str, object]:
+    """The exception's instance attributes with exact `str` keys, read without running a
+    descriptor, `__getattribute__`, `__eq__` or `__hash__` the plugin defined."""
+    fields = _EXC_DICT.__get__(exc, type(exc))
+    return {k: v for k, v in fields.items() if type(k) is str}
+
+
+def _plain_details(value: object) -> dict[str, object]:
+    """A runtime error's `details` if they are still plain data (exact types, 64-bit ints, a
+    few hundred values at most), else `{}`: the plugin may have replaced them with objects
+    whose methods `to_wire` and the encoder would run."""
+    left = [_MAX_DETAIL_VALUES]
+
+    def copy(v: object, depth: int) -> object:
+        left[0] -= 1
+        if left[0] < 0 or depth > 8:
+            raise ValueError
+        if v is None or type(v) in (bool, float, str):
+            return v
+        if type(v) is int and -(2**63) <= v < 2**64:
+            return v
+        if type(v) is list or type(v) is tuple:
+            return [copy(x, depth + 1) for x in v]
+        if type(v) is dict and all(type(k) is str for k in v):
+            return {k: copy(x, depth + 1) for k, x in v.items()}
+        raise ValueError
+
+    try:
+        out = copy(value, 0)
+    except ValueError:
+        return {}
+    return out if type(out) is dict else {}
+
+
+def _plugin_text(exc: BaseException) -> str:
+    """`str(exc)` of the plugin's exception: its own `__str__` may run, but only the text it
+    returns is used; whatever it raises (a forged SuaveplanError too) is dropped."""
+    try:
+        return _exact_str(str(exc), 500)
+    except BaseException:  # plugin code: nothing it raises leaves here
+        return ""
+
+
 def _raised_by_runtime(exc: BaseException) -> bool:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
@@ -820,8 +881,11 @@ class GuestRuntime:
         def subscribe(
             topic: str,
         ) -> Callable[[Callable[[object], object]], Callable[[object], object]]:
-            if not isinstance(topic, str):
+            if not issubclass(type(topic), str):
                 raise TypeError("topic must be a string")
+            # An exact str: the handler table is read outside `_guarded` (deliveries, the
+            # sorted list sent at start), where a subclass's `__eq__`/`__lt__` would run.
+            topic = str.__str__(topic)
 
             def register(fn: Callable[[object], object]) -> Callable[[object], object]:
                 if topic not in handlers and len(handlers) >= MAX_SUBSCRIPTIONS:
@@ -837,8 +901,9 @@ class GuestRuntime:
 
         def level(name: str) -> Callable[..., None]:
             def emit(msg: object, *args: object) -> None:
-                text = str(msg) % args if args else str(msg)
-                logf(name, text)
+                # Exact str before `%` and before the worker's log path slices and encodes it.
+                text = str.__str__(str(msg))
+                logf(name, str.__mod__(text, args) if args else text)
 
             return emit
 
@@ -885,8 +950,10 @@ class GuestRuntime:
         ) -> None:
             if file is not None:
                 raise SuaveplanError("SAND_VM_NAME_UNAVAILABLE", "print(file=...) is not available")
-            text = (sep if sep is not None else " ").join(str(a) for a in args)
-            logf("info", text)
+            # `str.join` of an exact separator: a `str` subclass's own `join` (or `sep`'s) would
+            # hand the worker's log path an object of the plugin's.
+            glue = " " if sep is None else str.__str__(sep)
+            logf("info", str.join(glue, [str(a) for a in args]))
 
         return print_
 
@@ -993,30 +1060,46 @@ class GuestRuntime:
 
     # -- calling ------------------------------------------------------------------------
     def _guarded(self, fn: Callable[[], object]) -> object:
+        """Run plugin code; what leaves is always an error this method built from exact
+        plain data. Reading the plugin's exception must not run its code where that code
+        could raise past this translation (`str(exc)[:500]` on a `__str__` raising a
+        SuaveplanError sent any code but a host-only one) or hand `to_wire` and the encoder
+        objects of its own (a re-raised guard error with edited `details`)."""
         try:
             return fn()
         except SuaveplanError as exc:
             host = self._host_errors.get(id(exc))
             if host is not None and host[0] is exc:
                 raise SuaveplanError.from_wire(host[1]) from None
-            if exc.code in RUNTIME_ISSUED_CODES and _raised_by_runtime(exc):
-                raise
+            fields = _own_fields(exc)
+            code = fields.get("code")
+            if (
+                type(exc) is SuaveplanError
+                and type(code) is str
+                and code in RUNTIME_ISSUED_CODES
+                and _raised_by_runtime(exc)
+            ):
+                raise SuaveplanError(
+                    code,
+                    _exact_str(fields.get("message"), 4096),
+                    _plain_details(fields.get("details")),  # type: ignore[arg-type]
+                ) from None
             raise SuaveplanError(
                 "SAND_VM_PLUGIN_ERROR",
                 "the plugin raised an error with a code only the sandbox issues",
-                {"type": "SuaveplanError", "claimed_code": str(exc.code)[:128]},
+                {"type": "SuaveplanError", "claimed_code": _exact_str(code, 128)},
             ) from None
         except NameError as exc:
             raise SuaveplanError(
                 "SAND_VM_NAME_UNAVAILABLE",
                 "name is not available",
-                {"name": str(getattr(exc, "name", "") or "")},
+                {"name": _exact_str(_NAME_ERROR_NAME.__get__(exc, NameError), 200)},
             ) from None
         except BaseException as exc:  # GeneratorExit, KeyboardInterrupt... end no worker
             raise SuaveplanError(
                 "SAND_VM_PLUGIN_ERROR",
                 "the plugin raised an exception",
-                {"type": type(exc).__name__, "message": str(exc)[:500]},
+                {"type": _exact_str(type(exc).__name__, 200), "message": _plugin_text(exc)},
             ) from None
 
     def call(self, name: str, args: list[object], kwargs: dict[str, object]) -> object:
@@ -1030,6 +1113,9 @@ class GuestRuntime:
             fn is None
             or name.startswith("_")
             or not isinstance(fn, types.FunctionType)
+            # Exact str: `functools.update_wrapper` copies any object's `__module__`, and a
+            # str subclass's `__eq__` ran here, outside `_guarded`, with its errors sent as is.
+            or type(fn.__module__) is not str
             or fn.__module__ not in self._compiled.modules
         ):
             raise SuaveplanError(
