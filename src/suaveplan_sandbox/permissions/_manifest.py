@@ -30,6 +30,7 @@ from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._fetch_rules import FetchRuleError
 from suaveplan_sandbox.permissions._fs_rules import FsRuleError
 from suaveplan_sandbox.permissions._rule_cache import compiled_fetch_rules, compiled_fs_rules
+from suaveplan_sandbox.permissions._table_names import RESERVED_TABLE_PREFIXES
 from suaveplan_sandbox.permissions._topic_rules import validate_topic_rule
 
 MAX_MANIFEST_BYTES: Final = 1024 * 1024
@@ -107,6 +108,17 @@ class DatabaseBlock(_Strict):
         alias="tablePrefix"
     )
     migrations: StrictStr | None = None
+
+    @field_validator("table_prefix")
+    @classmethod
+    def _prefix_not_reserved(cls, value: str) -> str:
+        if value.startswith(RESERVED_TABLE_PREFIXES):
+            raise ValueError(
+                "tablePrefix may not start with "
+                + " or ".join(repr(p) for p in RESERVED_TABLE_PREFIXES)
+                + " (the database engines' own tables)"
+            )
+        return value
 
     @field_validator("migrations")
     @classmethod

@@ -25,6 +25,7 @@ from sqlglot.errors import ErrorLevel
 from sqlglot.tokenizer_core import Token, TokenType
 
 from suaveplan_sandbox.permissions._decision import Allow, Deny, DenyReason
+from suaveplan_sandbox.permissions._table_names import RESERVED_TABLE_PREFIXES
 
 _CAP: Final = "db"
 _NOT_PERMITTED: Final = Deny(capability=_CAP, reason=DenyReason.STATEMENT_NOT_PERMITTED)
@@ -84,6 +85,14 @@ _SYSTEM_NAMES: Final = frozenset(
      "sqlite_sequence", "sqlite_stat1", "sqlite_stat4", "pg_catalog", "information_schema",
      "sqlite_dbpage", "sqlite_dbstat", "dbstat"}
 )  # fmt: skip
+
+
+def _is_system_name(name: str) -> bool:
+    """An engine's own table, view or schema: never a plugin's, whatever its prefix (the
+    manifest refuses the reserved prefixes; a gate built without one still refuses these)."""
+    lowered = name.lower()
+    return lowered in _SYSTEM_NAMES or lowered.startswith(RESERVED_TABLE_PREFIXES)
+
 
 _ROOTS: Final = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Insert, exp.Update,
                  exp.Delete)  # fmt: skip
@@ -183,7 +192,7 @@ class _Walk:
         self.table_name(self.identifier(field.this), ctes)
 
     def table_name(self, name: str, ctes: frozenset[str]) -> None:
-        if name.lower() in _SYSTEM_NAMES:
+        if _is_system_name(name):
             raise _Rejected
         if name in ctes:
             return
@@ -448,7 +457,7 @@ class SqlGate:
             return _MALFORMED
         if not (name.isidentifier() and name.isascii()):
             return _OUT_OF_SCOPE
-        if name.lower() in _SYSTEM_NAMES:
+        if _is_system_name(name):
             return _NOT_PERMITTED
         prefix = self.table_prefix
         if not prefix or not name.lower().startswith(prefix):
