@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import string
+import threading
 from collections.abc import Callable
 from urllib.parse import quote, quote_plus
 
@@ -13,6 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.errors import _redact
 from suaveplan_sandbox.errors._redact import REDACTED, SecretRedactor
 
 SECRET = "s3cr3t=Zq'9 x/\"é\U0001f511\n"
@@ -120,3 +122,61 @@ def test_no_encoded_value_survives_a_scrub(
     # The check is meaningful only where the form cannot be rebuilt from what is left.
     assume(not set(form) <= set(_FILLER + REDACTED))
     assert form not in _redactor(value).scrub(before + form + after)
+
+
+# -- matching time and the matcher ---------------------------------------------------------
+
+
+def _scrubs_within(redactor: SecretRedactor, text: str, seconds: float) -> str | None:
+    """The scrubbed text, or None if scrubbing had not finished after `seconds` (a matcher
+    that backtracks exponentially would run for hours; the thread is a daemon)."""
+    out: list[str] = []
+    worker = threading.Thread(target=lambda: out.append(redactor.scrub(text)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return out[0] if out else None
+
+
+@pytest.mark.parametrize("run", ["'", '"', "\\", "'\\"])
+def test_a_value_with_a_long_run_of_quotes_or_backslashes_is_matched_in_linear_time(
+    run: str,
+) -> None:
+    # `''` and `'` are both forms of a quote (and `\\`, `\` of a backslash): a backtracking
+    # matcher tried every way to split a run of them, 15 s for 30 against 40 in a text.
+    value = run * (60 // len(run)) + "k"
+    redactor = _redactor(value)
+    text = run * (80 // len(run)) + "x"
+    assert _scrubs_within(redactor, text, 10.0) == text  # no match, and no hang
+    assert _scrubs_within(redactor, f"a {value} b", 10.0) == f"a {REDACTED} b"
+
+
+def test_values_and_texts_with_lone_surrogates_are_scrubbed() -> None:
+    value = "pw\udc80\udcff!"
+    redactor = _redactor(value)
+    assert redactor.scrub(f"x{value}y\udc81") == f"x{REDACTED}y\udc81"
+    assert redactor.scrub("no secret \udc80 here") == "no secret \udc80 here"
+
+
+@given(
+    st.text(alphabet="ab'\"\\%é😀 \n", min_size=1, max_size=8),
+    st.lists(st.sampled_from(sorted(ENCODINGS)), max_size=3),
+    st.text(alphabet="ab'\"\\%xé ", max_size=12),
+)
+def test_the_linear_matcher_replaces_what_a_backtracking_one_would(
+    value: str, encodings: list[str], filler: str
+) -> None:
+    # The same pattern under Python's backtracking `re` (bytes mode reads the same syntax):
+    # RE2 keeps its leftmost-first choices, so both replace exactly the same spans.
+    pattern = re.compile(
+        "".join(_redact._char_pattern(ch) for ch in value).encode(), re.DOTALL
+    )
+    parts = [filler]
+    for name in encodings:
+        try:
+            parts += [ENCODINGS[name](value), filler]
+        except UnicodeEncodeError:
+            continue
+    text = "".join(parts)
+    raw = text.encode("utf-8", "surrogatepass")
+    expected = pattern.sub(REDACTED.encode(), raw).decode("utf-8", "surrogatepass")
+    assert _redactor(value).scrub(text) == expected
