@@ -13,8 +13,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.errors import _redact
+from suaveplan_sandbox.errors import SuaveplanError, _redact
 from suaveplan_sandbox.errors._redact import REDACTED, SecretRedactor
 
 SECRET = "s3cr3t=Zq'9 x/\"é\U0001f511\n"
@@ -167,9 +166,7 @@ def test_the_linear_matcher_replaces_what_a_backtracking_one_would(
 ) -> None:
     # The same pattern under Python's backtracking `re` (bytes mode reads the same syntax):
     # RE2 keeps its leftmost-first choices, so both replace exactly the same spans.
-    pattern = re.compile(
-        "".join(_redact._char_pattern(ch) for ch in value).encode(), re.DOTALL
-    )
+    pattern = re.compile("".join(_redact._char_pattern(ch) for ch in value).encode(), re.DOTALL)
     parts = [filler]
     for name in encodings:
         try:

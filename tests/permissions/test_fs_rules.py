@@ -116,7 +116,7 @@ def test_preopens_only_express_whole_directories() -> None:
         Preopen(rule="./data/*.json", index=2, directory=None, writable=False),
         Preopen(rule="./up*", index=3, directory=None, writable=False),
         Preopen(rule="./config.json", index=4, directory=None, writable=False),
-        Preopen(rule="./cache/", index=5, directory="cache", writable=False),
+        Preopen(rule="./cache/", index=5, directory=None, writable=False),
         Preopen(rule="./*", index=6, directory=".", writable=False),
     )
 

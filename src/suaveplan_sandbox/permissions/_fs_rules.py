@@ -295,17 +295,16 @@ class FsRuleSet:
         return decision
 
     def preopens(self) -> tuple[Preopen, ...]:
-        """One entry per rule: `dir/*` and `dir/` (an explicit directory) preopen `dir`."""
+        """One entry per rule: `dir/*` preopens `dir` (`*` the root). A rule naming a
+        directory exactly (`dir/`) grants that one path, not what is beneath it, so like a
+        file it preopens nothing: a preopen would hand a guest all of `dir`."""
         out: list[Preopen] = []
         for rule in self._rules:
-            body = rule.text[len(_WRITE_PREFIX) :] if rule.writable else rule.text
             directory: str | None = None
             if rule.pattern == "*":
                 directory = "."
             elif _is_subtree(rule.pattern):
                 directory = rule.pattern[:-2]
-            elif not rule.glob and body.endswith("/"):
-                directory = rule.pattern
             out.append(
                 Preopen(
                     rule=rule.text, index=rule.index, directory=directory, writable=rule.writable

@@ -41,9 +41,9 @@ DEFAULT_MAX_MODULE_BYTES: Final = 128 * 1024 * 1024
 SUPPORTED_WASI: Final = "wasi_snapshot_preview1"
 HOST_MODULE: Final = "suaveplan"
 UNSUPPORTED_WASI: Final = frozenset({"wasi_unstable", "wasi_snapshot_preview0", "wasi"})
-# The artefact name carries the wasmtime version: a serialized module is only valid for the
-# engine (version + config) that wrote it.
-_ARTEFACT_SUFFIX: Final = f".wasmtime-{_metadata.version('wasmtime')}.cwasm"
+# The artefact name carries the wasmtime version and marks our config (GC off): a serialized
+# module is only valid for the engine (version + config) that wrote it.
+_ARTEFACT_SUFFIX: Final = f".wasmtime-{_metadata.version('wasmtime')}-nogc.cwasm"
 
 _lock = threading.Lock()
 _modules: dict[str, wasmtime.Module] = {}
@@ -91,6 +91,10 @@ def engine() -> wasmtime.Engine:
         if _State.engine is None:
             config = wasmtime.Config()
             config.epoch_interruption = True
+            # GC objects (and exnrefs) live in a GC heap that wasmtime bounds by `memory_size`
+            # apart from linear memory and that `memories=1` does not count: a guest could
+            # hold a second memoryMb beside its memory. No WASI toolchain needs the proposal.
+            config.wasm_gc = False
             _State.engine = eng = wasmtime.Engine(config)
             threading.Thread(
                 target=_tick, args=(eng,), name="suaveplan-wasm-epoch", daemon=True
@@ -108,6 +112,12 @@ def translate(exc: BaseException, *, during: str) -> SuaveplanError:
     """The one place a wasmtime (or OS) error becomes a coded error; chain it with `from`."""
     if isinstance(exc, SuaveplanError):
         return exc
+    if during == "preopen":
+        return SuaveplanError(
+            "SAND_WASM_PREOPEN_DENIED",
+            "a preopen directory could not be opened",
+            {"capability": "fs"},
+        )
     if during == "instantiate":
         return SuaveplanError(
             "SAND_WASM_INSTANTIATION_FAILED",

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import os
 import socket
 import tempfile
 import threading
@@ -364,7 +365,11 @@ def resolve_preopens(policy: PermissionPolicy, checker: PermissionChecker) -> li
     specs: list[PreopenSpec] = []
     for rule, directory, writable in rules:
         host = (root / directory).resolve() if directory is not None else None
-        if host is None or not host.is_dir() or not host.is_relative_to(root):
+        # The directory itself, reached without a symlink: one inside the root may have been
+        # planted by a guest holding a writable preopen above it (`rw:data/*` plus
+        # `data/link/*`, `link -> ../private`), and following it would preopen what no
+        # rule grants.
+        if host is None or not host.is_dir() or host != root / str(directory):
             checker.deny("fs", DenyReason.PATH_NOT_IN_ALLOWLIST)
             raise SuaveplanError(
                 "SAND_WASM_PREOPEN_DENIED",
@@ -374,6 +379,68 @@ def resolve_preopens(policy: PermissionPolicy, checker: PermissionChecker) -> li
         guest = "/" if directory in (".", "") else "/" + str(directory)
         specs.append(PreopenSpec(host=host, guest=guest, writable=writable))
     return specs
+
+
+_FD_PATHS: Final = Path("/proc/self/fd")
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def open_preopens(preopens: Sequence[PreopenSpec]) -> list[int]:
+    """A descriptor for each preopen's directory, opened without following any symlink.
+
+    A store's WASI context opens its preopens by path at every instantiation (each `run`),
+    after the guest may have replaced a vetted directory with a symlink (or removed it): the
+    contexts open these descriptors instead (`preopen_path`), so every run gets the
+    directories vetted at create. Refused (`SAND_WASM_PREOPEN_DENIED`) if one is no longer
+    a directory reached without a symlink.
+    """
+    fds: list[int] = []
+    try:
+        for spec in preopens:
+            fd = os.open("/", _DIR_FLAGS)
+            try:
+                for part in spec.host.parts[1:]:
+                    nxt = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                    os.close(fd)
+                    fd = nxt
+            except OSError:
+                os.close(fd)
+                raise
+            fds.append(fd)
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        raise SuaveplanError(
+            "SAND_WASM_PREOPEN_DENIED",
+            "a preopen directory could not be opened without following a symlink",
+            {"capability": "fs"},
+        ) from exc
+    return fds
+
+
+@final
+class _HeldDirs:
+    """A sandbox's preopen descriptors; `close()` is idempotent and also runs if the handle
+    is collected undisposed. The lock keeps `close()` from running while a WASI context is
+    being given them (a closed number may be reused by any open in the process)."""
+
+    __slots__ = ("fds", "lock")
+
+    def __init__(self, fds: list[int]) -> None:
+        self.lock = threading.Lock()
+        self.fds: list[int] | None = fds
+
+    def close(self) -> None:
+        with self.lock:
+            fds, self.fds = self.fds, None
+        for fd in fds or ():
+            os.close(fd)
+
+
+def preopen_path(fd: int, spec: PreopenSpec) -> str:
+    """The path a WASI context opens for a preopen: its held descriptor where /proc has one
+    (the directory itself, whatever its path names now), else the path vetted at create."""
+    return f"{_FD_PATHS}/{fd}" if _FD_PATHS.is_dir() else str(spec.host)
 
 
 def refuse_unquoted_preopens(preopens: Sequence[PreopenSpec], adapters: Adapters | None) -> None:
@@ -518,10 +585,17 @@ class WasmSandbox:
         # runs now (`_wasi_guard`; set while it runs).
         self._guard: StoreGuard | None = None
         self._running_guard: StoreGuard | None = None
+        # The preopen directories, held from create to dispose (`open_preopens`).
+        self._dirs = _HeldDirs(open_preopens(self._preopens) if imports_wasi else [])
+        weakref.finalize(self, self._dirs.close)
         if not start_later:
-            self._store, self._instance, _, self._guard = self._instantiate(
-                argv=(), stdin=None, out=None, err=None, began=None
-            )
+            try:
+                self._store, self._instance, _, self._guard = self._instantiate(
+                    argv=(), stdin=None, out=None, err=None, began=None
+                )
+            except BaseException:
+                self._dirs.close()
+                raise
 
     # -- public ----------------------------------------------------------------------------
 
@@ -620,6 +694,8 @@ class WasmSandbox:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self._drop_guest()
+        # Stores already made hold their own descriptors; only later contexts need these.
+        self._dirs.close()
 
     def _drop_guest(self) -> None:
         # No lock: a running guest holds it, and it may be waiting on this very loop for a
@@ -695,8 +771,15 @@ class WasmSandbox:
                 wasi.stdout_custom = out
             if err is not None:
                 wasi.stderr_custom = err
-            for p in self._preopens:
-                wasi.preopen_dir(str(p.host), p.guest, p.writable)
+            with self._dirs.lock:
+                fds = self._dirs.fds
+                if fds is None:
+                    raise SuaveplanError("SAND_WASM_DISPOSED", "the sandbox was disposed")
+                try:
+                    for p, fd in zip(self._preopens, fds, strict=True):
+                        wasi.preopen_dir(preopen_path(fd, p), p.guest, p.writable)
+                except wasmtime.WasmtimeError as exc:
+                    raise _engine.translate(exc, during="preopen") from exc
             store.set_wasi(wasi)
         # Just after the WASI context (and its monotonic clock) was made: see StoreGuard.
         guard = StoreGuard(time.monotonic_ns())
