@@ -79,6 +79,11 @@ class ForkServer:
                 pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
+                # A session (and process group) of its own, with no controlling terminal: a
+                # worker signalling its group (`kill(0, ...)`) reaches the fork server's group,
+                # never the host's, should every other layer be missing; and the terminal's
+                # Ctrl-C goes to the host alone, which ends its sandboxes itself.
+                start_new_session=True,
             )
         except OSError as exc:
             host.close()

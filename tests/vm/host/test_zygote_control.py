@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -222,3 +223,25 @@ def test_a_zygote_dead_but_not_yet_reaped_is_restarted_and_the_fork_retried(
         ours.close()
     finally:
         srv.shutdown()
+
+
+def test_the_fork_server_and_its_children_have_a_session_and_group_of_their_own(
+    server: ForkServer,
+) -> None:
+    # A child signalling its process group (kill(0, ...)) must never reach the host, whatever
+    # layer is missing; nor does the terminal's Ctrl-C reach the fork server past the host.
+    zygote = server.pid
+    assert zygote is not None
+    ours, theirs = socket.socketpair()
+    try:
+        child = server.fork_bare(theirs)
+        ours.settimeout(10)
+        assert ours.recv(1) == b"r"  # running: it reports ready and waits for EOF
+        host_group, host_session = os.getpgid(0), os.getsid(0)
+        assert os.getsid(zygote) == zygote != host_session
+        assert os.getpgid(zygote) == zygote != host_group
+        assert os.getpgid(child) == zygote
+        assert os.getsid(child) == zygote
+    finally:
+        ours.close()
+        theirs.close()
