@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -853,3 +854,67 @@ def test_host_never_sees_the_worker_guards() -> None:
     field.name = "x"
     field.name = "y"
     assert field.name == "y"
+
+
+# -- enum.property's member redirect (3.12+) ---------------------------------------------------
+
+ENUM_PROPERTY = """
+import enum
+
+from suaveplan import fs
+
+U = "_" * 2
+
+
+def _redirect(kind, name):
+    class Redirect(enum.property):
+        _attr_type = kind
+        _cls_type = fs.read_text
+
+    probe = Redirect()
+
+    class Holder:
+        x = probe
+
+        def __init__(self):
+            self._value_ = fs.read_text
+
+    probe.name = name
+    return Holder().x
+
+
+def reads(kind, name):
+    return repr(_redirect(kind, name))[:60]
+
+
+class Title(str, enum.Enum):
+    title = "shout"
+    other = "quiet"
+
+
+def legit_redirects():
+    method = Title.title.title  # 3.12+: str's method through the redirect; 3.11: the member
+    return [method() if callable(method) else method.value, Title("quiet").name]
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [("attr", "__globals__"), ("desc", "__globals__"), ("attr", "_x"), ("desc", "format")],
+)
+async def test_an_enum_property_redirect_reads_only_what_getattr_may(
+    tmp_path: Path, kind: str, name: str
+) -> None:
+    async with await _create(tmp_path, ENUM_PROPERTY) as sb:
+        with pytest.raises(SuaveplanError) as info:
+            await sb.call("reads", kind, name)
+        if sys.version_info >= (3, 12):
+            assert info.value.code == FORBIDDEN
+        else:  # 3.11's enum.property looks up `_member_map_` only
+            assert info.value.details["type"] == "AttributeError"
+
+
+async def test_enum_member_redirects_over_a_mixins_methods_keep_working(tmp_path: Path) -> None:
+    async with await _create(tmp_path, ENUM_PROPERTY) as sb:
+        titled = "Shout" if sys.version_info >= (3, 12) else "shout"
+        assert await sb.call("legit_redirects") == [titled, "other"]

@@ -11,8 +11,9 @@ The stdlib guards (`install_stdlib_guards`) close routes through which trusted s
 library code would do for the guest what the guest may not do itself: copy's
 `_reconstruct` (any `setattr`, dunders included), dataclasses' `Field.name` (pasted into
 the source dataclasses `exec`s, and read back with `getattr`), the functional Enum API
-(dunder class attributes such as `__match_args__`), `ABCMeta.register` on shared ABCs and
-`UserString.format`/`format_map` (the real `str.format` of any template).
+(dunder class attributes such as `__match_args__`), `ABCMeta.register` on shared ABCs,
+`UserString.format`/`format_map` (the real `str.format` of any template) and
+`enum.property`'s member redirect (a `getattr` of its `name`, which the plugin can set).
 They patch classes, so they run in the fork server before sealing, like the Protocol guard.
 """
 
@@ -535,6 +536,40 @@ def _no_field_name_delete(self: object, name: str) -> None:
     object.__delattr__(self, name)
 
 
+def _checked_enum_property(get: Callable[..., object]) -> Callable[..., object]:
+    """enum.property.__get__ (3.12+) reads `getattr(self._cls_type, self.name)` or
+    `getattr(instance._value_, self.name)` for a member redirect. A plugin subclass owns
+    `_attr_type`/`_cls_type` (its own class attributes) and `name` is a public attribute, so
+    that was a `getattr` of any name on any object: `__globals__` of a host function gave
+    the runtime's module globals and the real builtins. The same logic, each field read
+    once (a plugin property could answer differently twice), the name checked as the
+    guarded `getattr` checks it."""
+
+    def __get__(self: Any, instance: object, ownerclass: Any = None) -> object:
+        if instance is None:
+            return get(self, instance, ownerclass)  # the member, or AttributeError
+        fget = self.fget
+        if fget is not None:
+            return fget(instance)
+        kind, name = self._attr_type, self.name
+        if kind in ("attr", "desc"):
+            target = self._cls_type if kind == "attr" else instance._value_  # type: ignore[attr-defined]
+            if type(name) is not str:
+                raise forbidden("an enum.property may not read that attribute")
+            n = norm(name)
+            if is_guarded_attr(n) and not (
+                is_owned_only_attr(n) and n not in FORMAT_ATTRS and private_ok(target, n)
+            ):
+                raise forbidden("an enum.property may not read that attribute")
+            return getattr(target, n)
+        try:
+            return ownerclass._member_map_[name]
+        except KeyError:
+            raise AttributeError(f"{ownerclass!r} has no attribute {name!r}") from None
+
+    return __get__
+
+
 _STDLIB_GUARDS_INSTALLED = False
 
 
@@ -563,6 +598,10 @@ def install_stdlib_guards() -> None:
     user_string: Any = collections.UserString
     for method in ("format", "format_map"):
         setattr(user_string, method, _checked_user_string(method))
+
+    enum_property: Any = enum.property
+    if "_attr_type" in enum_property.__dict__:  # 3.11's __get__ reads `_member_map_` only
+        enum_property.__get__ = _checked_enum_property(enum_property.__get__)
 
     abc_meta: Any = abc.ABCMeta
     register = abc_meta.register

@@ -7,7 +7,8 @@ serialises errors with `SuaveplanError.to_wire`, builds protocol dataclasses, de
 bodies with `json`. A patched method would run guest code inside those paths and let the
 guest choose what the trusted code sends. Copying every class would break `isinstance`
 against values made by the stdlib, so instead every pure-Python class in the modules the
-guest or the worker's trusted code can reach gets CPython's `Py_TPFLAGS_IMMUTABLETYPE`
+guest or the worker's trusted code can reach (bound to a module name or not), and every
+exception class of any module (the guest catches them), gets CPython's `Py_TPFLAGS_IMMUTABLETYPE`
 (the flag static types such as `int` carry): `type.__setattr__`/`__delattr__` then raise
 `TypeError` for everyone in this process. Classes the plugin defines later are unaffected.
 
@@ -31,6 +32,11 @@ _TP_FLAGS_OFFSET: Final = 21 * ctypes.sizeof(ctypes.c_void_p)
 # Module name prefixes whose classes are sealed: the facade modules (and their submodules,
 # e.g. json.decoder), what they are built on, and everything the worker's own code runs.
 SEALED_MODULE_PREFIXES: Final = (
+    # builtins' own pure classes (ExceptionGroup: `ExceptionGroup.derive = ...` ran plugin
+    # code wherever an except* split a group); static builtins are immutable already.
+    "builtins",
+    # copy.Error reaches the guest as a caught exception (dataclasses.asdict deep-copies).
+    "copy",
     "json",
     "math",
     "cmath",
@@ -78,16 +84,48 @@ def _flags_address(cls: type) -> int:
     return id(cls) + _TP_FLAGS_OFFSET
 
 
+def _in_sealed_module(cls: type) -> bool:
+    name = cls.__dict__.get("__module__")
+    return isinstance(name, str) and any(
+        name == p or name.startswith(p + ".") for p in SEALED_MODULE_PREFIXES
+    )
+
+
+def _all_classes() -> list[type]:
+    """Every class alive in this process, through the subclass lists (bound to a name or not)."""
+    out: dict[int, type] = {}
+    todo: list[type] = [object]
+    while todo:
+        subclasses: list[type] = type.__subclasses__(todo.pop())
+        for sub in subclasses:
+            if id(sub) not in out:
+                out[id(sub)] = sub
+                todo.append(sub)
+    return list(out.values())
+
+
 def _classes_in(module_names: Iterable[str]) -> list[type]:
     seen: dict[int, type] = {}
+
+    def add(value: type) -> None:
+        for cls in (*value.__mro__, type(value)):
+            seen.setdefault(id(cls), cls)
+
     for name in module_names:
         mod = sys.modules.get(name)
         if mod is None:
             continue
         for value in list(vars(mod).values()):
             if isinstance(value, type):
-                for cls in (*value.__mro__, type(value)):
-                    seen.setdefault(id(cls), cls)
+                add(value)
+    # Classes a module defines without binding them to a module name reach the guest through
+    # values: `type(decimal.getcontext().flags)` (SignalDict, made by _decimal with module
+    # "abc"), `type(enum.auto().value)` (the class of enum's `_auto_null` sentinel). And any
+    # module's exception class reaches it as a caught exception (copy.Error,
+    # _hashlib.UnsupportedDigestmodError from hmac): no trusted code patches either kind.
+    for cls in _all_classes():
+        if _in_sealed_module(cls) or issubclass(cls, BaseException):
+            add(cls)
     return list(seen.values())
 
 
