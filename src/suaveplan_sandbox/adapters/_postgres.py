@@ -65,6 +65,9 @@ _CANCEL_TIMEOUT: Final = 5.0
 DEFAULT_TEMP_FILE_LIMIT_BYTES: Final = 1024**3
 _MAX_TEMP_FILE_LIMIT_KB: Final = 2**31 - 1  # PostgreSQL's own maximum (kB)
 _SHAPE_CACHE: Final = 256
+# psycopg's placeholder syntax (`_re_placeholder` in psycopg/_queries.py), over str: `%`, then
+# `(name)` and one character, or any one character but a newline.
+_PSYCOPG_PLACEHOLDER: Final = re.compile(r"%(?:\(([^)]+)\).|.)")
 
 
 def _names(plugin: str, prefix: str) -> tuple[str, str]:
@@ -353,6 +356,28 @@ def _conninfo_passwords(conninfo: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v for v in found if v))
 
 
+def _psycopg_text(sql: str) -> str | None:
+    """The text psycopg sends PostgreSQL for `sql` with a list of values: each `%s`, `%b`,
+    `%t` becomes `$1`, `$2`, … and `%%` becomes `%`, wherever they are (in string literals
+    and comments too). None where psycopg refuses the text itself (named or unknown
+    placeholders), since then nothing is sent."""
+    out: list[str] = []
+    pos = count = 0
+    for match in _PSYCOPG_PLACEHOLDER.finditer(sql):
+        out.append(sql[pos : match.start()])
+        pos = match.end()
+        placeholder = match.group(0)
+        if placeholder == "%%":
+            out.append("%")
+        elif match.group(1) is None and placeholder[-1] in "sbt":
+            count += 1
+            out.append(f"${count}")
+        else:
+            return None
+    out.append(sql[pos:])
+    return "".join(out)
+
+
 def _disk_reason(exc: Exception) -> str | None:
     """The refusal reason of a server error about disk space, or None for any other."""
     state = getattr(exc, "sqlstate", None)
@@ -582,4 +607,22 @@ class PostgresDb:
         decision = self._gate.check_query(sql, list(params))
         if isinstance(decision, Deny):
             decision.raise_for_denial()
+        # PostgreSQL parses psycopg's rewrite of the text, not the text: a `$n` glued to `$q`
+        # opens a dollar-quoted string the gate never saw (`SELECT $q%s, '$q$ <any SQL> --'`
+        # ran the literal's contents as code). So the rewrite must pass the gate as well.
+        sent = _psycopg_text(sql)
+        if sent is None:
+            # Refused here rather than by psycopg, which raises a UnicodeDecodeError (no
+            # psycopg.Error) for a `%` before a non-ASCII character.
+            raise SuaveplanError(
+                "SAND_DB_ERROR",
+                "placeholders are %s, %b or %t, and a literal % is written %%",
+                {"reason": "placeholder-not-supported"},
+            )
+        if sent != sql and isinstance(self._gate.check_query(sent, list(params)), Deny):
+            raise SuaveplanError(
+                "SAND_DB_ERROR",
+                "the statement psycopg would send (placeholders as $n) is not permitted",
+                {"reason": "placeholder-changes-statement"},
+            )
         return await self._execute(sql, params)

@@ -80,6 +80,15 @@ _SQLGLOT_SAFE_NAMES: Final = frozenset(
 _SQLITE_GATE_NAMES: Final = SQLITE_SAFE_FUNCTIONS | _SQLGLOT_SAFE_NAMES
 _POSTGRES_GATE_NAMES: Final = POSTGRES_SAFE_FUNCTIONS | _SQLGLOT_SAFE_NAMES
 
+# Type names sqlglot does not know (`DataType.Type.USERDEFINED`) that a postgres cast may
+# name: PostgreSQL resolves any other through the search path, `pg_catalog` included, and
+# some input functions look names up (`'{public.t}'::_regclass` tells whether the host has
+# that table, `'x=r/y'::aclitem` whether a role exists). None of these looks anything up.
+_POSTGRES_USER_TYPES: Final = frozenset(
+    {"cidr", "macaddr", "macaddr8", "varbit", "tsvector", "tsquery", "jsonpath", "line",
+     "box", "path", "polygon", "circle"}
+)  # fmt: skip
+
 _SYSTEM_NAMES: Final = frozenset(
     {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema",
      "sqlite_sequence", "sqlite_stat1", "sqlite_stat4", "pg_catalog", "information_schema",
@@ -154,17 +163,19 @@ class _Rejected(Exception):
 class _Walk:
     """One pass over a parsed statement: tables with CTE scoping, node and function allowlist."""
 
-    __slots__ = ("functions", "nodes", "prefix", "tables", "unscoped")
+    __slots__ = ("functions", "nodes", "prefix", "tables", "unscoped", "user_types")
 
     def __init__(
         self,
         prefix: str | None,
         functions: frozenset[str],
         nodes: frozenset[type[exp.Expr]],
+        user_types: frozenset[str] | Literal["any"],
     ) -> None:
         self.prefix = prefix
         self.functions = functions
         self.nodes = nodes
+        self.user_types = user_types
         self.tables: set[str] = set()
         self.unscoped = False
 
@@ -225,11 +236,22 @@ class _Walk:
             args = node.args
             if args.get("db") is not None or args.get("catalog") is not None:
                 raise _Rejected
+        elif kind is exp.DataType and node.this is exp.DataType.Type.USERDEFINED:
+            self.user_type(node)
         for child in node.args.values():
             if isinstance(child, exp.Expr):
                 self.visit(child, ctes)
             elif type(child) is list:
                 self.children(child, ctes)
+
+    def user_type(self, node: exp.Expr) -> None:
+        if self.user_types == "any":
+            return
+        kind = node.args.get("kind")
+        if not isinstance(kind, exp.Identifier) or kind.quoted:
+            raise _Rejected
+        if self.identifier(kind) not in self.user_types:
+            raise _Rejected
 
     def scoped(self, node: exp.Expr, kind: type[exp.Expr], ctes: frozenset[str]) -> None:
         """Nodes that name tables, open a WITH scope or carry a DML target."""
@@ -358,6 +380,7 @@ class SqlGate:
         "_dialect_obj",
         "_functions",
         "_max_length",
+        "_user_types",
         "dialect",
         "table_prefix",
     )
@@ -380,6 +403,10 @@ class SqlGate:
         self.table_prefix: str | None = table_prefix or None
         self.dialect: str = dialect
         self._functions = _SQLITE_GATE_NAMES if dialect == "sqlite" else _POSTGRES_GATE_NAMES
+        # SQLite reads any type name only for its affinity; PostgreSQL looks it up.
+        self._user_types: frozenset[str] | Literal["any"] = (
+            "any" if dialect == "sqlite" else _POSTGRES_USER_TYPES
+        )
         self._dialect_obj = Dialect.get_or_raise(dialect)
         self._cache_size = max(0, cache_size)
         self._cache: OrderedDict[str, Allow | Deny] = OrderedDict()
@@ -412,7 +439,7 @@ class SqlGate:
         statement = self._single_statement(sql)
         if statement is None or not isinstance(statement, _ROOTS):
             return _NOT_PERMITTED
-        walk = _Walk(self.table_prefix, self._functions, _QUERY_NODES)
+        walk = _Walk(self.table_prefix, self._functions, _QUERY_NODES, self._user_types)
         try:
             walk.visit(statement, frozenset())
         except Exception:  # _Rejected, or anything unexpected: fail closed
@@ -497,7 +524,7 @@ class SqlGate:
                 return _NOT_PERMITTED
         elif not isinstance(statement, _DML_ROOTS):
             return _NOT_PERMITTED
-        walk = _Walk(self.table_prefix, self._functions, _DDL_NODES)
+        walk = _Walk(self.table_prefix, self._functions, _DDL_NODES, self._user_types)
         try:
             walk.visit(statement, frozenset())
         except Exception:  # _Rejected, or anything unexpected: fail closed
@@ -541,7 +568,7 @@ class SqlGate:
         statement = self._single_statement(sql)
         if statement is None:
             return frozenset()
-        walk = _Walk(self.table_prefix, self._functions, _DDL_NODES)
+        walk = _Walk(self.table_prefix, self._functions, _DDL_NODES, self._user_types)
         with contextlib.suppress(Exception):
             walk.visit(statement, frozenset())
         return frozenset(walk.tables)

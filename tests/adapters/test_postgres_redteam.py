@@ -1,0 +1,136 @@
+"""PostgresDb against hostile statements on a real PostgreSQL: what the server parses must be
+what the gate checked, and a plugin's call leaves no state behind for its next one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from suaveplan_sandbox.adapters import _postgres
+from suaveplan_sandbox.adapters._postgres import (
+    PostgresDb,
+    apply_postgres_migrations,
+    provision_postgres_plugin,
+)
+from suaveplan_sandbox.errors import SuaveplanError
+
+
+async def _plugin(admin: str, tmp_path: Path, plugin: str) -> str:
+    """A provisioned plugin (prefix `r_`) with `r_t (x int)` holding one row."""
+    conninfo = await provision_postgres_plugin(admin, plugin, "r_")
+    folder = tmp_path / plugin
+    folder.mkdir()
+    (folder / "001.sql").write_text("CREATE TABLE r_t (x int);")
+    await apply_postgres_migrations(admin, folder, plugin=plugin, prefix="r_")
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        await conn.execute("DELETE FROM r_t")  # a plugin name may come back (parametrize)
+        await conn.execute("INSERT INTO r_t VALUES (1)")
+    return conninfo
+
+
+async def _refused(db: PostgresDb, sql: str, params: list[Any]) -> SuaveplanError:
+    with pytest.raises(SuaveplanError) as info:
+        await db.query(sql, params)
+    return info.value
+
+
+# psycopg turns every `%s` of the text into `$n` before PostgreSQL parses it, inside string
+# literals too. Glued to `$q` that `$` finishes a dollar-quote delimiter the gate never saw:
+# the gate reads `$q % s` and then a string literal; PostgreSQL reads a dollar-quoted string
+# and then, as code, what the gate took for the literal's contents.
+_HIDDEN_IN_LITERAL = [
+    # reads the catalog (roles of the whole cluster)
+    "SELECT $q%s, '$q$ AS hidden, (SELECT string_agg(rolname, ',') FROM pg_roles) AS leak, "
+    "%s AS tail --' AS x FROM r_t",
+    # changes the session: no statement_timeout for every later call of this plugin
+    "SELECT $q%s, '$q$ AS hidden, set_config($a$statement_timeout$a$, $a$0$a$, false) AS leak, "
+    "%s AS tail --' AS x FROM r_t",
+    # `$$` from a lone `$` before the placeholder
+    "SELECT $%s, '$$ AS hidden, (SELECT string_agg(rolname, ',') FROM pg_roles) AS leak, "
+    "%s AS tail --' AS x FROM r_t",
+]
+
+
+@pytest.mark.parametrize("sql", _HIDDEN_IN_LITERAL)
+async def test_a_placeholder_cannot_open_a_dollar_quote_the_gate_did_not_see(
+    postgres_admin: str, tmp_path: Path, sql: str
+) -> None:
+    conninfo = await _plugin(postgres_admin, tmp_path, "rt_dollar")
+    db = PostgresDb(conninfo, plugin="rt_dollar", prefix="r_", statement_timeout=5)
+    try:
+        error = await _refused(db, sql, [1, 2])
+        assert error.code == "SAND_DB_ERROR"
+        assert error.details["reason"] == "placeholder-changes-statement"
+        # Nothing ran: the session still has the adapter's statement_timeout.
+        result = await db._execute("SELECT current_setting('statement_timeout')", [])
+        assert result.rows == (("5s",),)
+        assert (await db.query("SELECT x FROM r_t WHERE x = %s", [1])).rows == ((1,),)
+    finally:
+        await db.aclose()
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "rows"),
+    [
+        ("SELECT x FROM r_t WHERE x = %s", [1], ((1,),)),
+        ("SELECT x FROM r_t WHERE x = %s AND %s = 'a%%'", [1, "a%"], ((1,),)),
+        ("SELECT %s::text || 'x' AS v FROM r_t", ["$q$"], (("$q$x",),)),
+        ("SELECT $q$%%$q$ AS v FROM r_t", [], (("%",),)),
+    ],
+)
+async def test_ordinary_placeholders_and_percent_signs_still_work(
+    postgres_admin: str, tmp_path: Path, sql: str, params: list[Any], rows: tuple[Any, ...]
+) -> None:
+    conninfo = await _plugin(postgres_admin, tmp_path, "rt_plain")
+    db = PostgresDb(conninfo, plugin="rt_plain", prefix="r_")
+    try:
+        assert (await db.query(sql, params)).rows == rows
+    finally:
+        await db.aclose()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT $q%s, '$q$ x --' FROM r_t",
+        "SELECT %s, %b, %t, '%%', $q$%s$q$ -- %s\n",
+        "SELECT 'a%%b' || %s /* %s */",
+        "SELECT x FROM r_t WHERE x = %s\n%\n",
+        "SELECT 1 %",
+        "SELECT %(name)s",
+        "SELECT %x",
+        "SELECT %(",
+        "SELECT %é",
+        "SELECT 1",
+    ],
+)
+def test_the_adapter_models_psycopgs_own_placeholder_rewrite(sql: str) -> None:
+    from psycopg import _queries
+
+    try:
+        sent: str | None = _queries._query2pg_nocache(sql.encode(), "utf-8")[0].decode()
+        if _queries._query2pg_nocache(sql.encode(), "utf-8")[2] is not None:
+            sent = None  # named placeholders: psycopg refuses them with a list of values
+    except (psycopg.ProgrammingError, UnicodeDecodeError):  # psycopg 3.3 on `%é`
+        sent = None
+    assert _postgres._psycopg_text(sql) == sent
+
+
+@pytest.mark.parametrize("sql", ["SELECT 'a%é' AS v FROM r_t", "SELECT x FROM r_t -- 100%!"])
+async def test_a_percent_sign_psycopg_cannot_read_is_a_coded_refusal(
+    postgres_admin: str, tmp_path: Path, sql: str
+) -> None:
+    # psycopg itself fails on `%` before a non-ASCII character with a UnicodeDecodeError,
+    # which is no psycopg.Error and escaped the adapter untranslated.
+    conninfo = await _plugin(postgres_admin, tmp_path, "rt_percent")
+    db = PostgresDb(conninfo, plugin="rt_percent", prefix="r_")
+    try:
+        error = await _refused(db, sql, [])
+        assert error.code == "SAND_DB_ERROR"
+        assert error.details["reason"] == "placeholder-not-supported"
+        assert (await db.query("SELECT x FROM r_t", [])).rows == ((1,),)
+    finally:
+        await db.aclose()
