@@ -22,6 +22,17 @@ host: a plugin that sets one, or a header that is not a token with a printable-A
 is refused before any lookup. Bodies are never decompressed; the byte limit is on the bytes
 delivered to the plugin.
 
+What a response makes the host read and parse is bounded too, not only its body: every read
+goes through `_MeteredStream`, which charges the bytes to the response being read in the
+calling task (`_WireBudget`): a head (status lines, headers, interim 1xx responses) of at
+most `_HEAD_BYTES`, then the body limit plus a framing allowance, and a body in at most
+`_max_pieces` pieces. Without that a server could keep the host parsing at full speed until
+the deadline: an endless 100 Continue, kilobytes of chunk extension per body byte, one-byte
+chunks. A connection goes back to the pool only when nothing follows the response on it
+(`_ends_cleanly`): a second response sent with the first, a body on a HEAD, 204 or 304
+reply, would otherwise answer the next request on that connection, which with a shared
+adapter can be another plugin's.
+
 Redirects are off by default; when on, each hop is re-checked with `recheck` and re-vetted,
 the target is joined WHATWG-style, and `Authorization`, `Cookie` and `Proxy-Authorization`
 are dropped when the origin changes. Response body size, header count and total time are
@@ -52,6 +63,7 @@ from typing import Final, TypeVar, final
 from urllib.parse import unquote
 
 import ada_url
+import h11
 import httpcore
 import httpx
 
@@ -255,13 +267,14 @@ class _VettedBackend(httpcore.AsyncNetworkBackend):
         last: Exception | None = None
         for address in route.addresses:
             try:
-                return await self._inner.connect_tcp(
+                stream = await self._inner.connect_tcp(
                     address,
                     port,
                     timeout=timeout,
                     local_address=local_address,
                     socket_options=socket_options,
                 )
+                return _MeteredStream(stream)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc  # nothing was sent: the next vetted address may answer
         assert last is not None
@@ -277,6 +290,95 @@ class _VettedBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
+
+
+# Bytes a response may make the host read before its final headers are parsed: h11 takes a
+# header block of up to 100 kB, and a few interim (1xx) responses may precede it.
+_HEAD_BYTES: Final = 512 * 1024
+# Chunk-size lines, extensions and trailers beyond the body's own bytes.
+_FRAMING_BYTES: Final = 256 * 1024
+# Parse steps between two turns of the event loop while a body streams in: one-byte chunks
+# otherwise make one 64 kB read a stall of tens of milliseconds for everything on the loop.
+_PIECES_PER_TURN: Final = 1024
+
+
+@final
+class _WireBudget:
+    """What the response being read in this task may still pull off its connection."""
+
+    __slots__ = ("remaining",)
+
+    def __init__(self) -> None:
+        self.remaining = 0
+
+    def charge(self, size: int) -> None:
+        self.remaining -= size
+        if self.remaining < 0:
+            raise SuaveplanError("SAND_FETCH_TOO_LARGE", "the response is too large")
+
+
+_BUDGET: ContextVar[_WireBudget | None] = ContextVar("suaveplan_fetch_budget", default=None)
+
+
+@final
+class _MeteredStream(httpcore.AsyncNetworkStream):
+    """A connection whose reads are charged to the calling task's response (`_BUDGET`).
+
+    httpcore reads a response in the task that asked for it, so the budget is that request's.
+    A read outside any request, or on a connection `retire`d for holding bytes past its last
+    response, fails; a retired connection also reports itself readable, which is how the pool
+    recognises a connection it must close instead of reusing.
+    """
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._retired = False
+
+    def retire(self) -> None:
+        self._retired = True
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        budget = _BUDGET.get()
+        if budget is None or self._retired:
+            raise httpcore.ReadError("no response may read this connection")
+        data = await self._inner.read(max_bytes, timeout)
+        budget.charge(len(data))
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return _MeteredStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> object:
+        if info == "is_readable" and self._retired:
+            return True
+        return self._inner.get_extra_info(info)
+
+
+def _ends_cleanly(response: httpcore.Response) -> bool:
+    """Whether nothing was received past the end of `response` on its connection.
+
+    h11 keeps such bytes for the connection's next cycle, where they would be read as the
+    answer to the next request. httpcore does not expose them, so this looks through its pool
+    stream at the connection's h11 state; an httpcore shaped otherwise counts as unclean,
+    which only costs connection reuse.
+    """
+    stream = getattr(response.stream, "_stream", None)
+    state = getattr(getattr(stream, "_connection", None), "_h11_state", None)
+    if not isinstance(state, h11.Connection) or state.their_state is not h11.DONE:
+        return False
+    data, closed = state.trailing_data
+    return not data and not closed
 
 
 def _basic_auth(url: ada_url.URL) -> str | None:
@@ -319,6 +421,9 @@ class HttpxFetch:
         self._timeout = timeout
         self._timeouts = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
         self._max_bytes = max_response_bytes
+        # Each piece is a parse step and a Python object: one-byte chunks must not make a
+        # 10 MB limit millions of them.
+        self._max_pieces = max(65_536, max_response_bytes // 512)
         self._max_headers = max_headers
         self._follow = follow_redirects
         self._max_redirects = max_redirects
@@ -396,14 +501,18 @@ class HttpxFetch:
         return [str(a) for a in addresses]
 
     async def request(self, request: HttpRequest) -> HttpResponse:
+        budget = _WireBudget()
+        token = _BUDGET.set(budget)  # copied into wait_for's task where it makes one
         try:
-            return await asyncio.wait_for(self._request(request), self._timeout)
+            return await asyncio.wait_for(self._request(request, budget), self._timeout)
         except TimeoutError:
             raise SuaveplanError(
                 "SAND_FETCH_TIMEOUT", "the request exceeded its time limit"
             ) from None
+        finally:
+            _BUDGET.reset(token)
 
-    async def _request(self, request: HttpRequest) -> HttpResponse:
+    async def _request(self, request: HttpRequest, budget: _WireBudget) -> HttpResponse:
         url, method, body, rule = request.url, request.method, request.body, request.rule
         if not isinstance(method, str) or _TOKEN.fullmatch(method) is None:
             raise SuaveplanError("SAND_FETCH_FAILED", "the method is not a token")
@@ -413,7 +522,9 @@ class HttpxFetch:
             if parsed is None or parsed.scheme not in _DEFAULT_PORTS:
                 raise SuaveplanError("SAND_FETCH_FAILED", "the URL does not parse")
             addresses = await self.vet(parsed.host, parsed.port, rule)
+            budget.remaining = _HEAD_BYTES
             response = await self._send(parsed, addresses, method, headers, body)
+            budget.remaining = self._max_bytes + _FRAMING_BYTES
             try:
                 if len(response.headers) > self._max_headers:
                     raise SuaveplanError("SAND_FETCH_TOO_LARGE", "too many response headers")
@@ -446,19 +557,25 @@ class HttpxFetch:
                         method, body = new_method, b""
                         headers = _without(headers, _BODY_HEADERS)
                     continue
-                chunks: list[bytes] = []
-                total = 0
+                received = bytearray()
+                pieces = 0
                 async for chunk in response.aiter_stream():
-                    total += len(chunk)
-                    if total > self._max_bytes:
+                    pieces += 1
+                    if len(received) + len(chunk) > self._max_bytes or pieces > self._max_pieces:
                         raise SuaveplanError("SAND_FETCH_TOO_LARGE", "the response is too large")
-                    chunks.append(chunk)
+                    received += chunk
+                    if pieces % _PIECES_PER_TURN == 0:
+                        await asyncio.sleep(0)
+                if not _ends_cleanly(response):
+                    connection = response.extensions.get("network_stream")
+                    if isinstance(connection, _MeteredStream):
+                        connection.retire()
                 return HttpResponse(
                     status=response.status,
                     headers=tuple(
                         (k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers
                     ),
-                    body=b"".join(chunks),
+                    body=bytes(received),
                 )
             except httpcore.TimeoutException as exc:
                 raise SuaveplanError(
