@@ -4,13 +4,11 @@ that answers maliciously: what reaches the wire, what the host keeps, and how it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -18,70 +16,11 @@ import httpcore
 import pytest
 import trustme
 
-from adapters._http import serving
+from adapters._http import Script, ScriptedServer, serving
 from suaveplan_sandbox.adapters._fetch import HttpxFetch, _VettedBackend
 from suaveplan_sandbox.adapters._protocols import HttpRequest
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions._decision import Allow, Deny
-
-# A script answers one raw request (head and body) with the bytes to send, in pieces.
-Script = Callable[[bytes], Iterable[bytes]]
-
-
-class _Recorder:
-    """A loopback server that records each raw request and answers it from a script."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.requests: list[bytes] = []
-        self.connections = 0
-        self.closed = threading.Event()
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._sock.getsockname()[1]
-        self._server = threading.Thread(target=self._serve, daemon=True)
-        self._server.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(10)
-            data = b""
-            try:
-                while b"\r\n\r\n" not in data:
-                    more = conn.recv(65536)
-                    if not more:
-                        return
-                    data += more
-                head, _, rest = data.partition(b"\r\n\r\n")
-                lowered = head.lower()
-                if b"\r\ncontent-length:" in lowered:
-                    length = int(lowered.split(b"\r\ncontent-length:")[1].split(b"\r\n")[0])
-                    while len(rest) < length:
-                        rest += conn.recv(65536)
-                self.requests.append(head + b"\r\n\r\n" + rest)
-                for piece in self.script(head):
-                    conn.sendall(piece)
-            except OSError:
-                self.closed.set()  # the client went away while we were still sending
-                return
-
-    def close(self) -> None:
-        # Closing alone does not wake a thread blocked in `accept` on Linux (it would stay
-        # blocked for the rest of the session, on a descriptor number the next socket may
-        # reuse); shutting the listener down does, and `accept` then fails.
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        self._server.join(timeout=10)
-        assert not self._server.is_alive()
 
 
 def _ok(head: bytes) -> list[bytes]:
@@ -89,8 +28,8 @@ def _ok(head: bytes) -> list[bytes]:
 
 
 @pytest.fixture
-def recorder() -> Iterator[_Recorder]:
-    server = _Recorder(_ok)
+def recorder() -> Iterator[ScriptedServer]:
+    server = ScriptedServer(_ok)
     yield server
     server.close()
 
@@ -123,7 +62,7 @@ async def _code(fetch: HttpxFetch, request: HttpRequest) -> SuaveplanError:
     ],
 )
 async def test_a_plugin_cannot_set_the_headers_that_frame_the_message_or_name_the_host(
-    header: tuple[str, str], recorder: _Recorder
+    header: tuple[str, str], recorder: ScriptedServer
 ) -> None:
     # Transfer-Encoding beside the host's Content-Length is a request-smuggling pair; a second
     # Host reaches another virtual host on the granted address (domain fronting).
@@ -160,7 +99,7 @@ async def test_a_plugin_cannot_set_the_headers_that_frame_the_message_or_name_th
     ],
 )
 async def test_header_names_and_values_that_are_not_tokens_and_printable_ascii_are_refused(
-    header: tuple[str, str], recorder: _Recorder
+    header: tuple[str, str], recorder: ScriptedServer
 ) -> None:
     calls: list[str] = []
 
@@ -180,7 +119,7 @@ async def test_header_names_and_values_that_are_not_tokens_and_printable_ascii_a
 
 
 async def test_the_host_frames_the_body_itself_with_one_content_length(
-    recorder: _Recorder,
+    recorder: ScriptedServer,
 ) -> None:
     fetch = HttpxFetch(allow_private=True)
     body = b"0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n"
@@ -210,7 +149,7 @@ async def test_a_cookie_a_server_sets_is_never_sent_with_a_later_request() -> No
             b"Content-Length: 2\r\nConnection: close\r\n\r\nok"
         ]
 
-    server = _Recorder(set_cookie)
+    server = ScriptedServer(set_cookie)
     fetch = HttpxFetch(allow_private=True)
     for _ in range(2):
         response = await fetch.request(
@@ -236,7 +175,7 @@ def _gzip_if_asked(head: bytes) -> list[bytes]:
 
 
 async def test_the_host_asks_for_identity_bodies_and_never_decodes_one_it_did_not_ask_for() -> None:
-    server = _Recorder(_gzip_if_asked)
+    server = ScriptedServer(_gzip_if_asked)
     fetch = HttpxFetch(allow_private=True)
     plain = await fetch.request(HttpRequest(url=f"http://127.0.0.1:{server.port}/", rule="x"))
     assert plain.body == b"hello" * 4
@@ -259,9 +198,9 @@ async def test_the_host_asks_for_identity_bodies_and_never_decodes_one_it_did_no
 
 
 async def test_host_configuration_in_the_environment_is_not_applied_to_plugin_requests(
-    recorder: _Recorder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    recorder: ScriptedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    proxy = _Recorder(_ok)
+    proxy = ScriptedServer(_ok)
     netrc = tmp_path / "netrc"
     netrc.write_text("machine 127.0.0.1 login host-user password host-password\n")
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
@@ -279,7 +218,7 @@ async def test_host_configuration_in_the_environment_is_not_applied_to_plugin_re
 
 
 async def test_credentials_in_the_url_are_sent_as_basic_auth_to_that_url_only(
-    recorder: _Recorder,
+    recorder: ScriptedServer,
 ) -> None:
     fetch = HttpxFetch(allow_private=True)
     await fetch.request(
@@ -301,7 +240,7 @@ def _redirect_to(target: str, status: int = 307) -> Script:
     return script
 
 
-async def _follow(server: _Recorder, start: str, request: HttpRequest) -> None:
+async def _follow(server: ScriptedServer, start: str, request: HttpRequest) -> None:
     async def resolver(host: str, port: int) -> list[str]:
         return ["127.0.0.1"]
 
@@ -325,7 +264,7 @@ _CREDENTIALED = (
 
 
 async def test_credentials_are_dropped_when_a_redirect_leaves_the_origin() -> None:
-    server = _Recorder(lambda head: [])
+    server = ScriptedServer(lambda head: [])
     server.script = _redirect_to(f"http://elsewhere.test:{server.port}/final")
     start = f"http://plugin.test:{server.port}/start"
     await _follow(server, start, HttpRequest(url=start, headers=_CREDENTIALED, rule="x"))
@@ -340,7 +279,7 @@ async def test_credentials_are_dropped_when_a_redirect_leaves_the_origin() -> No
 
 
 async def test_credentials_are_kept_when_a_redirect_stays_on_the_origin() -> None:
-    server = _Recorder(lambda head: [])
+    server = ScriptedServer(lambda head: [])
     server.script = _redirect_to("/final")
     start = f"http://plugin.test:{server.port}/start"
     await _follow(server, start, HttpRequest(url=start, headers=_CREDENTIALED, rule="x"))
@@ -351,7 +290,7 @@ async def test_credentials_are_kept_when_a_redirect_stays_on_the_origin() -> Non
 
 
 async def test_a_redirect_that_turns_a_post_into_a_get_drops_the_body_and_its_headers() -> None:
-    server = _Recorder(lambda head: [])
+    server = ScriptedServer(lambda head: [])
     server.script = _redirect_to("/final", status=303)
     start = f"http://plugin.test:{server.port}/start"
     await _follow(
@@ -381,7 +320,7 @@ def _endless_chunks(head: bytes) -> list[bytes]:
 
 
 async def test_an_endless_chunked_body_is_cut_at_the_limit_while_it_streams() -> None:
-    server = _Recorder(_endless_chunks)
+    server = ScriptedServer(_endless_chunks)
     fetch = HttpxFetch(allow_private=True, max_response_bytes=64 * 1024, timeout=30)
     error = await _code(fetch, HttpRequest(url=f"http://127.0.0.1:{server.port}/", rule="x"))
     assert error.code == "SAND_FETCH_TOO_LARGE"
@@ -396,7 +335,7 @@ def _short_body(head: bytes) -> list[bytes]:
 
 
 async def test_a_content_length_longer_than_the_body_is_a_failed_fetch() -> None:
-    server = _Recorder(_short_body)
+    server = ScriptedServer(_short_body)
     fetch = HttpxFetch(allow_private=True)
     error = await _code(fetch, HttpRequest(url=f"http://127.0.0.1:{server.port}/", rule="x"))
     assert error.code == "SAND_FETCH_FAILED"
@@ -413,7 +352,7 @@ def _drip(head: bytes) -> Iterator[bytes]:
 
 async def test_cancelling_a_fetch_closes_its_connection_promptly() -> None:
     # The sandbox's wall-clock budget and dispose() cancel the adapter's awaitable.
-    server = _Recorder(_drip)
+    server = ScriptedServer(_drip)
     fetch = HttpxFetch(allow_private=True, timeout=60)
     task = asyncio.create_task(
         fetch.request(HttpRequest(url=f"http://127.0.0.1:{server.port}/", rule="x"))

@@ -6,78 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
+from adapters._http import Script, ScriptedServer, scripted
 from suaveplan_sandbox.adapters._fetch import HttpxFetch
 from suaveplan_sandbox.adapters._protocols import HttpRequest
 from suaveplan_sandbox.errors import SuaveplanError
 
-# A script answers one request (its head) with the bytes to send, in pieces.
-Script = Callable[[bytes], Iterable[bytes]]
 
-
-class _KeepAliveServer:
-    """A loopback server that answers requests one after another on each connection."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self.closed = threading.Event()
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._sock.getsockname()[1]
-        self._server = threading.Thread(target=self._serve, daemon=True)
-        self._server.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(30)
-            data = b""
-            try:
-                while True:
-                    while b"\r\n\r\n" not in data:
-                        more = conn.recv(65536)
-                        if not more:
-                            return
-                        data += more
-                    head, _, data = data.partition(b"\r\n\r\n")
-                    self.requests.append(head)
-                    for piece in self.script(head):
-                        conn.sendall(piece)
-            except OSError:
-                self.closed.set()  # the client hung up while we were still sending
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        self._server.join(timeout=10)
-
-
-@contextlib.contextmanager
-def _server(script: Script) -> Iterator[_KeepAliveServer]:
-    server = _KeepAliveServer(script)
-    try:
-        yield server
-    finally:
-        server.close()
+def _server(script: Script) -> contextlib.AbstractContextManager[ScriptedServer]:
+    return scripted(script, keep_alive=True)
 
 
 async def _code(fetch: HttpxFetch, request: HttpRequest) -> SuaveplanError:

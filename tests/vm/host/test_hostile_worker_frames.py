@@ -29,7 +29,8 @@ from suaveplan_sandbox.vm._guest import PluginBundle, load_plugin
 from suaveplan_sandbox.vm._sandbox import DEFAULT_MAX_FRAME_BYTES
 from suaveplan_sandbox.vm._worker_loop import AdaptivePoll
 
-RAW = """
+# The start of every escaped plugin's source: its IPC socket, and a write that sends it all.
+RAW_PRELUDE = """
 import os, stat, time
 
 
@@ -47,6 +48,11 @@ def _write(fd, data):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+"""
+
+RAW = (
+    RAW_PRELUDE
+    + """
 
 
 def send(chunks, then="stall"):
@@ -76,6 +82,7 @@ def bomb(head, count, unit, tail=b""):
     body = head + unit * count + tail
     send([len(body).to_bytes(4, "big") + body])
 """
+)
 
 # Module-level code of a plugin that forges its startup: it writes the frame and stalls.
 STARTUP = """

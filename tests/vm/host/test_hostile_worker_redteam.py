@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import psutil
 import pytest
-from test_hostile_worker_frames import HANG, _coded_end, _escaped, _next_id, frame
+from test_hostile_worker_frames import HANG, RAW_PRELUDE, _coded_end, _escaped, _next_id, frame
 from test_hostile_worker_frames import other as other_fixture
 
 from suaveplan_sandbox.errors import SuaveplanError
@@ -30,26 +30,12 @@ from suaveplan_sandbox.vm._worker_loop import AdaptivePoll
 other = other_fixture
 T = TypeVar("T")
 
-HOSTILE = r"""
-import os, socket, stat, time
+HOSTILE = (
+    RAW_PRELUDE
+    + r"""
+import socket
 
 import msgpack
-
-
-def _fd():
-    for fd in range(3, 1024):
-        try:
-            if stat.S_ISSOCK(os.fstat(fd).st_mode):
-                return fd
-        except OSError:
-            pass
-    raise RuntimeError("no socket")
-
-
-def _write(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _frame(obj):
@@ -92,6 +78,7 @@ def pass_fds(rounds):
         socket.send_fds(sock, [line], [r, w])
     return rounds
 """
+)
 
 
 async def _max_gap(work: Awaitable[T]) -> tuple[T, float]:

@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 import msgpack
 import pytest
+from test_hostile_worker_frames import RAW_PRELUDE
 
 from suaveplan_sandbox.adapters import (
     Adapters,
@@ -222,19 +223,9 @@ async def test_a_plugin_cannot_put_its_secret_into_any_host_diagnostic(
             assert form not in text, (form, text[:2000])
 
 
-ESCAPED = """
-import os, stat
-
-
-def _fd():
-    for fd in range(3, 1024):
-        try:
-            if stat.S_ISSOCK(os.fstat(fd).st_mode):
-                return fd
-        except OSError:
-            pass
-
-
+ESCAPED = (
+    RAW_PRELUDE
+    + """
 def forge(hostcall, frames):
     fd = _fd()
     os.write(fd, hostcall)
@@ -244,6 +235,7 @@ def forge(hostcall, frames):
     import time
     time.sleep(3600)
 """
+)
 
 
 def _frame(obj: object) -> bytes:
