@@ -149,6 +149,18 @@ _JSET: Final = 0x45
 _RET: Final = 0x06
 
 
+def _first_arg_must_be(nr: int, value: int, refusal: int) -> list[bytes]:
+    """Syscall `nr` is allowed when its first argument's low word is `value`, else refused;
+    any other syscall goes on to the next rule."""
+    return [
+        _insn(_JEQ, 0, 4, nr),
+        _insn(_LD_ABS, 0, 0, 16),  # args[0] low word: a pid_t is all the kernel reads
+        _insn(_JEQ, 0, 1, value),
+        _insn(_RET, 0, 0, _RET_ALLOW),
+        _insn(_RET, 0, 0, refusal),
+    ]
+
+
 def build_seccomp_program(*, scope_signals: bool = False) -> bytes:
     """The BPF filter as raw `sock_filter` bytes (8 bytes an instruction).
 
@@ -176,18 +188,10 @@ def build_seccomp_program(*, scope_signals: bool = False) -> bytes:
     ]
     # args[n] is at 16 + 8n; a pid_t or an int command is its low word, all the kernel reads.
     for nr in _SELF_ONLY_SYSCALLS:
-        prog.append(_insn(_JEQ, 0, 4, nr))
-        prog.append(_insn(_LD_ABS, 0, 0, 16))
-        prog.append(_insn(_JEQ, 0, 1, 0))
-        prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
-        prog.append(_insn(_RET, 0, 0, eperm))
+        prog += _first_arg_must_be(nr, 0, eperm)
     if scope_signals:
         for nr in _SIGNAL_TO_PID_SYSCALLS:
-            prog.append(_insn(_JEQ, 0, 4, nr))
-            prog.append(_insn(_LD_ABS, 0, 0, 16))
-            prog.append(_insn(_JEQ, 0, 1, _PID_SLOT))
-            prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
-            prog.append(_insn(_RET, 0, 0, eperm))
+            prog += _first_arg_must_be(nr, _PID_SLOT, eperm)
         for nr in _SIGNAL_DENIED_SYSCALLS:
             prog.append(_insn(_JEQ, 0, 1, nr))
             prog.append(_insn(_RET, 0, 0, eperm))
