@@ -3,10 +3,11 @@
 Theory of operation: `engine()` builds the process-wide Engine lazily with epoch interruption
 on; a daemon ticker thread bumps its epoch every `TICK_S`, so a store's epoch deadline is a
 wall-clock budget in ticks. `load_module(path)` hashes the bytes, returns the cached compiled
-module for that hash, else rewrites the module so refused `memory.grow`s are recorded
-(`_instrument`; the original is validated first and kept when it cannot be instrumented),
-compiles the bytes that will run, and optionally writes the serialized artefact, named by
-the sha256 of those bytes, into the host's cache dir. `load_module_file` refuses a file
+module for that hash, else validates it, refuses it if compiling it could cost the host too
+much (`_compile_bounds`), rewrites it so refused `memory.grow`s are recorded (`_instrument`;
+the original is kept when it cannot be instrumented), compiles the bytes that will run, and
+optionally writes the serialized artefact, named by the sha256 of those bytes (and the
+config's hash), into the host's cache dir. `load_module_file` refuses a file
 larger than `max_bytes` before reading it; `has_start` says whether instantiating a module
 runs guest code (a start function). `check_imports` checks the import list (WASI version)
 before instantiation.
@@ -27,6 +28,7 @@ from typing import Final
 import wasmtime
 
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.wasm._compile_bounds import check_compile_bounds
 from suaveplan_sandbox.wasm._instrument import (
     Instrumented,
     NotInstrumented,
@@ -41,9 +43,47 @@ DEFAULT_MAX_MODULE_BYTES: Final = 128 * 1024 * 1024
 SUPPORTED_WASI: Final = "wasi_snapshot_preview1"
 HOST_MODULE: Final = "suaveplan"
 UNSUPPORTED_WASI: Final = frozenset({"wasi_unstable", "wasi_snapshot_preview0", "wasi"})
-# The artefact name carries the wasmtime version and marks our config (GC off): a serialized
-# module is only valid for the engine (version + config) that wrote it.
-_ARTEFACT_SUFFIX: Final = f".wasmtime-{_metadata.version('wasmtime')}-nogc.cwasm"
+# Every wasmtime `Config` setting the engine makes, in one reviewed table (`engine()` applies
+# exactly these). Fail closed: each proposal wasmtime-py can switch is named, and only what
+# the WASI toolchains we support emit is on — the Wasm 2.0 baseline of wasi-sdk, Rust
+# (wasm32-wasip1), TinyGo and Zig: bulk memory (our C fixtures and example need it), multi-value,
+# reference types (call_indirect's table-index encoding; wasmtime 51 also crashes the process
+# validating our fixtures with it off) and SIMD. Sign-extension, non-trapping float-to-int,
+# mutable globals and extended-const have no switch: wasmtime always accepts them. Off, each
+# unreviewed: threads and shared memory (a shared memory grows outside the store's limiter);
+# tail calls, exceptions/exnref, function references, GC (GC objects live in a heap that
+# memoryMb does not count), wide arithmetic, memory64, multi-memory (memoryMb is enforced per
+# memory), relaxed SIMD (results differ between hosts), custom page sizes, stack switching
+# and the component model. `parallel_compilation` is off so compiling a new module keeps one
+# core (of the two we plan for) free for the host (docs/wasm-abi.md, Module size).
+ENGINE_SETTINGS: Final[tuple[tuple[str, bool], ...]] = (
+    ("epoch_interruption", True),
+    ("parallel_compilation", False),
+    ("wasm_bulk_memory", True),
+    ("wasm_multi_value", True),
+    ("wasm_reference_types", True),
+    ("wasm_simd", True),
+    ("shared_memory", False),
+    ("wasm_threads", False),
+    ("wasm_tail_call", False),
+    ("wasm_exceptions", False),
+    ("wasm_function_references", False),
+    ("wasm_gc", False),
+    ("wasm_wide_arithmetic", False),
+    ("wasm_memory64", False),
+    ("wasm_multi_memory", False),
+    ("wasm_relaxed_simd", False),
+    ("wasm_custom_page_sizes", False),
+    ("wasm_stack_switching", False),
+    ("wasm_component_model", False),
+    ("wasm_component_model_map", False),
+    ("wasm_component_model_implements", False),
+)
+# A serialized module is only valid for the engine (wasmtime version + config) that wrote it,
+# so the artefact name carries the version and a short hash of `ENGINE_SETTINGS`: an artefact
+# compiled under any other config (say, before a proposal was turned off) is never loaded.
+_SETTINGS_TAG: Final = hashlib.sha256(repr(ENGINE_SETTINGS).encode()).hexdigest()[:12]
+_ARTEFACT_SUFFIX: Final = f".wasmtime-{_metadata.version('wasmtime')}-{_SETTINGS_TAG}.cwasm"
 
 _lock = threading.Lock()
 _modules: dict[str, wasmtime.Module] = {}
@@ -89,17 +129,23 @@ def has_start(module: wasmtime.Module) -> bool:
 def engine() -> wasmtime.Engine:
     with _lock:
         if _State.engine is None:
-            config = wasmtime.Config()
-            config.epoch_interruption = True
-            # GC objects (and exnrefs) live in a GC heap that wasmtime bounds by `memory_size`
-            # apart from linear memory and that `memories=1` does not count: a guest could
-            # hold a second memoryMb beside its memory. No WASI toolchain needs the proposal.
-            config.wasm_gc = False
-            _State.engine = eng = wasmtime.Engine(config)
+            _State.engine = eng = wasmtime.Engine(engine_config())
             threading.Thread(
                 target=_tick, args=(eng,), name="suaveplan-wasm-epoch", daemon=True
             ).start()
         return _State.engine
+
+
+def engine_config() -> wasmtime.Config:
+    """A fresh `wasmtime.Config` with exactly `ENGINE_SETTINGS` applied."""
+    config = wasmtime.Config()
+    for name, value in ENGINE_SETTINGS:
+        # A setting this wasmtime-py does not have would silently become a plain attribute
+        # (fail open): refuse to build an engine instead.
+        if not isinstance(getattr(wasmtime.Config, name, None), property):
+            raise RuntimeError(f"wasmtime.Config has no setting {name!r}")
+        setattr(config, name, value)
+    return config
 
 
 def _tick(eng: wasmtime.Engine) -> None:
@@ -238,17 +284,19 @@ def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Modul
     if cached is not None:
         return cached
     eng = engine()
+    # Validate what the guest sent before anything else reads it: wasmtime's validator is
+    # linear and off the GIL; the bounds walk below may then trust the structure; and the
+    # rewrite must never turn an invalid module (one naming an index only the appended
+    # items would make valid) into a valid one.
+    try:
+        wasmtime.Module.validate(eng, wasm)
+    except wasmtime.WasmtimeError as exc:
+        raise translate(exc, during="instantiate") from exc
+    check_compile_bounds(wasm)  # before the Python walks below and before compiling
     starts = declares_start(wasm)
     outcome = instrument(wasm)
     source = wasm
     if isinstance(outcome, Instrumented):
-        # Validate what the guest sent before rewriting it: the rewrite must never turn an
-        # invalid module (one naming an index only the appended items would make valid)
-        # into a valid one.
-        try:
-            wasmtime.Module.validate(eng, wasm)
-        except wasmtime.WasmtimeError as exc:
-            raise translate(exc, during="instantiate") from exc
         source = outcome.wasm
     try:
         module = _compile(eng, source, cache_dir)

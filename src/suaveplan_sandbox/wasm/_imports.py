@@ -30,6 +30,9 @@ MAX_INPUT: Final = 1 << 20
 # Sockets one sandbox may hold open at once: each is a host descriptor (and a connection).
 # Past it `sock_connect` answers MFILE without asking the gateway.
 MAX_SOCKETS: Final = 64
+# `sock_connect` ports outside this range are INVAL before the gateway.
+MIN_PORT: Final = 1
+MAX_PORT: Final = 65535
 # A socket send/recv blocks the guest thread at most this long, and never past the call's
 # wallClockMs deadline (then the call ends with BUDGET_EXCEEDED wallClockMs).
 _SOCK_TIMEOUT_S: Final = 30.0
@@ -127,6 +130,10 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         host = _text(m, host_ptr, host_len)
         if not m.write_u32(fd_out, 0):
             return Errno.FAULT
+        # The port arrives as a signed i32: a negative or too-large one is not a port, and is
+        # never shown to the checker, the audit log or an adapter.
+        if not MIN_PORT <= port <= MAX_PORT:
+            return Errno.INVAL
         if len(sb._sockets) >= MAX_SOCKETS:
             return Errno.MFILE
         sock = sb._dispatch("fetch", "connect", {"host": host, "port": port})

@@ -20,7 +20,8 @@ know — an opcode outside MVP, sign-extension, non-trapping conversions, bulk m
 reference types, SIMD (with relaxed SIMD), multi-value and tail calls; GC or exception
 types; memory64; shared memories; custom page sizes; a `memory.grow` of another memory; an
 export already named like ours — is not guessed at: the module stays as it is and the host
-keeps inferring the verdict from sizes (`docs/wasm-abi.md`, Budgets). A module without
+keeps inferring the verdict from sizes (`docs/wasm-abi.md`, Budgets). Nor is a code section
+larger than `MAX_REWRITE_CODE_BYTES` walked (the walk holds the GIL). A module without
 `memory.grow` needs no rewrite.
 
 Why our own walker: the maintained pure-Python decoders on PyPI (`pywasm`, an interpreter;
@@ -62,6 +63,10 @@ MAX_MODULE_BYTES: Final = 256 * 1024 * 1024
 # `memory.grow`s would cost the host ~75 times its size in memory. Real modules have a few
 # (an allocator's sbrk); one with more is left as it is (`UNSUPPORTED`, inference).
 MAX_GROWS: Final = 4096
+# The largest code section rewritten. The walk is pure Python (about 0.2 s per MB of code on
+# the development machine) and holds the GIL but for the interpreter's switch interval, so
+# a larger module is left as it is (`TOO_LARGE`, inference) instead of slowing the host.
+MAX_REWRITE_CODE_BYTES: Final = 4 * 1024 * 1024
 
 
 @final
@@ -73,6 +78,7 @@ class Skip(enum.Enum):
     UNSUPPORTED = "unsupported"  # a construct the walker does not know: not guessed at
     RESERVED_EXPORT = "reserved-export"  # the module already exports one of our names
     REJECTED = "rejected"  # wasmtime refused the rewritten bytes (set by the engine)
+    TOO_LARGE = "too-large"  # a code section over MAX_REWRITE_CODE_BYTES: not walked
 
 
 @final
@@ -524,6 +530,8 @@ def _instrument(wasm: bytes) -> Instrumented | NotInstrumented:
         elif sec.sid == _EXPORT:
             _read_exports(r, facts)
         elif sec.sid == _CODE:
+            if sec.end - sec.start > MAX_REWRITE_CODE_BYTES:
+                raise _Cannot(Skip.TOO_LARGE, f"code section over {MAX_REWRITE_CODE_BYTES} B")
             bodies = _read_code(wasm, r, facts)
         else:
             r.pos = r.end
