@@ -918,3 +918,165 @@ async def test_enum_member_redirects_over_a_mixins_methods_keep_working(tmp_path
     async with await _create(tmp_path, ENUM_PROPERTY) as sb:
         titled = "Shout" if sys.version_info >= (3, 12) else "shout"
         assert await sb.call("legit_redirects") == [titled, "other"]
+
+
+# Fourth pass: a plugin's subclass (or a public attribute it sets) makes a trusted
+# standard-library method use a name or value it did not check.
+SUBCLASS_ROUTES = """
+import collections
+import dataclasses
+import functools
+import io
+import random
+
+U = "_" * 2
+FIELDS = U + "dataclass_fields" + U
+
+
+def lying_field_subclass():
+    class LyingField(dataclasses.Field):
+        def get_name(self):
+            return self.real
+
+        def set_name(self, value):
+            self.real = value
+
+        name = property(get_name, set_name)
+
+    field = LyingField(dataclasses.MISSING, 0, True, True, None, True, None, False)
+
+    @dataclasses.dataclass
+    class Victim:
+        x: int = field
+
+    return "made"
+
+
+def cached_property_dunder_name():
+    class Holder:
+        stash = functools.cached_property(lambda self: {})
+
+    Holder.stash.attrname = FIELDS
+    return repr(Holder().stash)
+
+
+def cached_property_foreign_private_name():
+    class Gen(random.Random):
+        stash = functools.cached_property(lambda self: (lambda n: 0))
+
+    Gen.stash.attrname = "_randbelow"
+    return repr(Gen(1).stash)
+
+
+@dataclasses.dataclass
+class Box:
+    v: object
+
+
+class Smuggle:
+    def __init__(self, target, state):
+        self.target = target
+        self.state = state
+
+    def __reduce_ex__(self, proto):
+        target = self.target
+        return (lambda: target, (), self.state)
+
+
+def setstate_of_an_exception_sets_a_dunder():
+    @dataclasses.dataclass
+    class Err(Exception):
+        pass
+
+    dataclasses.asdict(Box(Smuggle(Err(), {FIELDS: {}})))
+    return "set"
+
+
+def setstate_of_a_stringio_sets_a_dunder():
+    dataclasses.asdict(Box(Smuggle(io.StringIO(), ("", "\\n", 0, {FIELDS: {}}))))
+    return "set"
+
+
+class Err(Exception):
+    def __init__(self, msg):
+        self.args = (msg,)
+        self._why = "why"
+
+
+class Gen(random.Random):
+    pass
+
+
+class Text(io.StringIO):
+    pass
+
+
+class Lazy:
+    @functools.cached_property
+    def _base(self):
+        return 41
+
+    @functools.cached_property
+    def total(self):
+        return self._base + 1
+
+
+@dataclasses.dataclass
+class Row:
+    name: str = dataclasses.field(default="n")
+    tags: list = dataclasses.field(default_factory=list)
+
+
+def legit():
+    text = Text("abc")
+    text.tag = "t"
+    copied = dataclasses.asdict(
+        Box([Err("m"), Gen(5), text, functools.partial(max, 1), collections.UserDict(a=1)])
+    )["v"]
+    err, gen, text2, part, user = copied
+    return [
+        err._why,
+        str(err),
+        gen.random() == Gen(5).random(),
+        text2.getvalue(),
+        text2.tag,
+        part(5),
+        dict(user),
+        Lazy().total,
+        dataclasses.asdict(Row(tags=[1])),
+    ]
+"""
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "lying_field_subclass",
+        "cached_property_dunder_name",
+        "cached_property_foreign_private_name",
+        "setstate_of_an_exception_sets_a_dunder",
+        "setstate_of_a_stringio_sets_a_dunder",
+    ],
+)
+async def test_trusted_methods_refuse_what_a_plugin_subclass_or_attribute_chose(
+    tmp_path: Path, name: str
+) -> None:
+    async with await _create(tmp_path, SUBCLASS_ROUTES) as sb:
+        assert await _outcome(sb, name) == FORBIDDEN
+
+
+async def test_fields_cached_properties_and_copies_of_plugin_objects_keep_working(
+    tmp_path: Path,
+) -> None:
+    async with await _create(tmp_path, SUBCLASS_ROUTES) as sb:
+        assert await sb.call("legit") == [
+            "why",
+            "m",
+            True,
+            "abc",
+            "t",
+            5,
+            {"a": 1},
+            42,
+            {"name": "n", "tags": [1]},
+        ]

@@ -12,8 +12,10 @@ library code would do for the guest what the guest may not do itself: copy's
 `_reconstruct` (any `setattr`, dunders included), dataclasses' `Field.name` (pasted into
 the source dataclasses `exec`s, and read back with `getattr`), the functional Enum API
 (dunder class attributes such as `__match_args__`), `ABCMeta.register` on shared ABCs,
-`UserString.format`/`format_map` (the real `str.format` of any template) and
-`enum.property`'s member redirect (a `getattr` of its `name`, which the plugin can set).
+`UserString.format`/`format_map` (the real `str.format` of any template),
+`enum.property`'s member redirect (a `getattr` of its `name`, which the plugin can set),
+`cached_property`'s cache store (a write of its `attrname`, likewise) and dataclasses'
+`_get_field` (a plugin `Field` subclass's `name` pasted into exec'd source).
 They patch classes, so they run in the fork server before sealing, like the Protocol guard.
 """
 
@@ -27,6 +29,7 @@ import copy
 import ctypes
 import dataclasses
 import enum
+import functools
 import keyword
 import types
 import weakref
@@ -429,6 +432,22 @@ def _state_ok(y: object, state: object, strict: bool) -> dict[str, object]:
     return out
 
 
+def _foreign_setstate(y: object, state: object) -> object:
+    """The plugin's state for a `__setstate__` it did not write. Some set every key of a
+    dict as an attribute or put it in the instance's `__dict__` (`BaseException`'s, the
+    dict ending `io.StringIO`/`BytesIO`'s and `functools.partial`'s state): a dunder such
+    as an instance `__dataclass_fields__` that `dataclasses.asdict()` trusts. Those dicts
+    are checked like the state copy sets itself; a plugin's own `__setstate__` gets it as is."""
+    owner = _owner(type(y).__mro__, "__setstate__")
+    if owner is not None and owner in PLUGIN_CLASSES:
+        return state
+    if type(state) is dict:
+        return _state_ok(y, state, strict=True)
+    if type(state) is tuple and state and type(state[-1]) is dict:
+        return (*state[:-1], _state_ok(y, state[-1], strict=True))
+    return state
+
+
 def guarded_reconstruct(  # noqa: PLR0917 - copy._reconstruct's own signature
     x: object,
     memo: dict[int, object] | None,
@@ -456,6 +475,8 @@ def guarded_reconstruct(  # noqa: PLR0917 - copy._reconstruct's own signature
         if deep:
             state = deepcopy(state, memo)
         if hasattr(y, "__setstate__"):
+            if strict:
+                state = _foreign_setstate(y, state)
             y.__setstate__(state)
         else:
             if isinstance(state, tuple) and len(state) == 2:
@@ -536,6 +557,64 @@ def _no_field_name_delete(self: object, name: str) -> None:
     object.__delattr__(self, name)
 
 
+def _exact_field(get_field: Callable[..., Any]) -> Callable[..., Any]:
+    """dataclasses' `_get_field` takes a class attribute that is a `Field` as the field
+    itself, a plugin's subclass too. Such a subclass can override the `name` slot with a
+    property: its setter accepts the name dataclasses sets once, its getter answers
+    otherwise later, and dataclasses reads `f.name` again for each line of the source it
+    `exec`s (and for `setattr(cls, f.name, ...)`), so the guest's text became code no AST
+    check saw. Only an exact `Field` is used; its `name` is a slot set once (see
+    `_write_once_field_name`) to the annotation's name."""
+
+    def _get_field(cls: type, a_name: str, *args: object, **kwargs: object) -> Any:
+        f = get_field(cls, a_name, *args, **kwargs)
+        if type(f) is not dataclasses.Field:
+            raise forbidden("a dataclass field must be a dataclasses.Field, not a subclass")
+        return f
+
+    return _get_field
+
+
+_NOT_CACHED: Final = object()
+
+
+def _checked_cached_property(get: Callable[..., object]) -> Callable[..., object]:
+    """functools.cached_property stores its value with `instance.__dict__[self.attrname] =`,
+    and `attrname` is a public attribute the plugin may set (or a subclass's property): on
+    the plugin's own instances that was a write of any name, dunders included, e.g. an
+    instance `__dataclass_fields__` that `dataclasses.fields()`/`asdict()` then trusted as
+    the class's checked fields (and read `getattr(obj, "format")` from a `str` subclass:
+    the unguarded `str.format`). On an instance of a plugin class the name is read once
+    and checked as the guarded `setattr` checks it; other instances keep the original."""
+
+    def __get__(self: Any, instance: object, owner: object = None) -> object:
+        if instance is None or not _type_info(type(instance)).plugin:
+            return get(self, instance, owner)
+        name = self.attrname
+        if name is None:
+            raise TypeError(
+                "Cannot use cached_property instance without calling __set_name__ on it."
+            )
+        if not isinstance(name, str):
+            raise TypeError("a cached_property's attrname must be a string")
+        n = norm(name)
+        if is_forbidden_attr(n) or (
+            is_owned_only_attr(n) and not private_ok(instance, n, store=True)
+        ):
+            raise forbidden("a cached_property may not store under that name")
+        try:
+            cache = instance.__dict__
+        except AttributeError:
+            raise TypeError("no '__dict__' on the instance to cache the property in") from None
+        val = cache.get(n, _NOT_CACHED)
+        if val is _NOT_CACHED:
+            val = self.func(instance)
+            cache[n] = val
+        return val
+
+    return __get__
+
+
 def _checked_enum_property(get: Callable[..., object]) -> Callable[..., object]:
     """enum.property.__get__ (3.12+) reads `getattr(self._cls_type, self.name)` or
     `getattr(instance._value_, self.name)` for a member redirect. A plugin subclass owns
@@ -582,6 +661,8 @@ def install_stdlib_guards() -> None:
     field_cls: Any = dataclasses.Field
     field_cls.__setattr__ = _write_once_field_name
     field_cls.__delattr__ = _no_field_name_delete
+    dataclasses_module: Any = dataclasses
+    dataclasses_module._get_field = _exact_field(dataclasses_module._get_field)
 
     meta: Any = enum.EnumType
     create = meta._create_
@@ -598,6 +679,9 @@ def install_stdlib_guards() -> None:
     user_string: Any = collections.UserString
     for method in ("format", "format_map"):
         setattr(user_string, method, _checked_user_string(method))
+
+    cached_property: Any = functools.cached_property
+    cached_property.__get__ = _checked_cached_property(cached_property.__get__)
 
     enum_property: Any = enum.property
     if "_attr_type" in enum_property.__dict__:  # 3.11's __get__ reads `_member_map_` only
