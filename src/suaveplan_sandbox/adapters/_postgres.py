@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from suaveplan_sandbox.adapters._credentials import url_passwords
+from suaveplan_sandbox.adapters._migration_files import read_migration
 from suaveplan_sandbox.adapters._protocols import QueryResult
 from suaveplan_sandbox.adapters._sqlite import (
     DEFAULT_MAX_RESULT_BYTES,
@@ -198,15 +199,7 @@ async def _ensure_host_schema(conn: Any) -> None:
 
 def _plan(gate: SqlGate, file: Path) -> tuple[list[str], str]:
     """(statements to run, sha256 of the text checked) for one file, or a coded refusal."""
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuaveplanError(
-            "SAND_DB_MIGRATION_FAILED",
-            "a migration file cannot be read",
-            {"migration": file.name},
-            cause=exc,
-        ) from None
+    text = read_migration(file)  # a regular file, not a link, bounded; else coded
     decisions = gate.check_migration(text)
     if not decisions or any(isinstance(d, Deny) for d in decisions):
         reason = next((str(d.reason) for d in decisions if isinstance(d, Deny)), "empty")

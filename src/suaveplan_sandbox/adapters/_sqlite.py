@@ -47,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, TypeVar, final
 
+from suaveplan_sandbox.adapters._migration_files import read_migration
 from suaveplan_sandbox.adapters._protocols import QueryResult
 from suaveplan_sandbox.adapters._sqlite_functions import LinearTextFunctions
 from suaveplan_sandbox.adapters._sqlite_params import ParameterNames
@@ -596,7 +597,8 @@ class SqliteDb:
         for file in files:
             if file.name in done:
                 continue
-            sql = file.read_text(encoding="utf-8")
+            # The plugin's file: a link, FIFO, huge or non-UTF-8 file is a coded refusal.
+            sql = read_migration(file)
             decisions = self._gate.check_migration(sql)
             if not decisions or any(isinstance(d, Deny) for d in decisions):
                 raise SuaveplanError(

@@ -26,6 +26,7 @@ from suaveplan_sandbox.cli._demo_runs import (
     run_python_example,
     run_wasm_example,
 )
+from suaveplan_sandbox.cli._terminal import printable
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import PERMISSION_DENIED, InMemoryMetrics
 from suaveplan_sandbox.permissions import Allow, PermissionChecker, PermissionPolicy
@@ -95,7 +96,8 @@ def demo_report(examples: Path, console: Console) -> tuple[int, dict[str, Record
             code, records[folder.name] = run_example(folder, console)
             status |= code
         except SuaveplanError as exc:
-            console.print(f"[red]{folder.name}: {exc.code}: {exc.message}")
+            line = printable(f"{folder.name}: {exc.code}: {exc.message}")
+            console.print(line, style="red", markup=False)
             records[folder.name] = {"error": refusal(exc)}
             status = 2
     # Host examples: an `app.py` serving plugins, with the requests to post in `requests.json`.

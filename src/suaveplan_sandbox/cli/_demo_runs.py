@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 
 from suaveplan_sandbox.adapters import open_standard_adapters
+from suaveplan_sandbox.cli._terminal import printable
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import PERMISSION_DENIED, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
@@ -154,8 +155,8 @@ async def run_wasm_example(folder: Path, console: Console) -> tuple[int, Record]
             dirs = [{"guest": p.guest, "writable": p.writable} for p in sb.preopens]
         console.print(f"[bold]{policy.plugin}[/]: WASI module exited {result.exit_code}")
         stdout = result.stdout.decode(errors="replace").splitlines()
-        for line in stdout:
-            console.print(f"  | {line}")
+        for line in stdout:  # the guest's own output: markup and escapes shown as text
+            console.print(f"  | {printable(line)}", markup=False)
         files: dict[str, str] = {}
         written = root / "output" / "result.txt"
         if written.exists():

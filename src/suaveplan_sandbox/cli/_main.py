@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import click
 
+from suaveplan_sandbox.cli._terminal import printable
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import (
     Allow,
@@ -45,7 +46,8 @@ def _debug_enabled() -> bool:
 def _show_traceback(exc: BaseException) -> None:
     """With `--debug`, a coded error also shows where it came from (and its causes)."""
     if _debug_enabled():
-        click.echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
+        shown = "".join(traceback.format_exception(exc)).rstrip()
+        click.echo(printable(shown, keep_newlines=True), err=True)
 
 
 def _fail(as_json: bool, exc: SuaveplanError) -> int:
@@ -53,7 +55,8 @@ def _fail(as_json: bool, exc: SuaveplanError) -> int:
     if as_json:
         click.echo(json.dumps({"error": exc.to_wire()}, sort_keys=True))
     else:
-        click.echo(f"error {exc.code}: {exc.message}", err=True)
+        # The message may quote the manifest (an unknown key's name): escape what it holds.
+        click.echo(printable(f"error {exc.code}: {exc.message}"), err=True)
     return EXIT_INVALID
 
 
@@ -279,7 +282,7 @@ def validate(as_json: bool, manifest: str) -> None:
             for problem in errors if isinstance(errors, list) else []:
                 if isinstance(problem, dict):
                     where = f"{problem.get('path')}: " if problem.get("path") else ""
-                    click.echo(f"  {where}{problem.get('message')}", err=True)
+                    click.echo(printable(f"  {where}{problem.get('message')}"), err=True)
         sys.exit(_fail(as_json, exc))
     _emit(
         as_json,
@@ -378,7 +381,7 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
             # The manifest's message already says where (file or field paths) and why.
             shown = exc.details and exc.code != "SAND_MANIFEST_INVALID"
             extra = f" {json.dumps(exc.details)}" if shown else ""
-            click.echo(f"error {exc.code}: {exc.message}{extra}", err=True)
+            click.echo(printable(f"error {exc.code}: {exc.message}{extra}"), err=True)
         sys.exit(EXIT_DENY if exc.code in _REFUSALS else EXIT_INVALID)
     click.echo(json.dumps({"result": plain(result)} if as_json else plain(result)))
     sys.exit(EXIT_ALLOW)
@@ -464,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         if as_json:
             crash = {"type": type(exc).__name__, "message": str(exc)}
             click.echo(json.dumps({"internal_error": crash}, sort_keys=True))
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
+        line = f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)"
+        click.echo(printable(line), err=True)
         return EXIT_INTERNAL
     return EXIT_ALLOW

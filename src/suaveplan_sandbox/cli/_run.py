@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from suaveplan_sandbox.adapters import Adapters, AuditRecord, AuditSink, open_standard_adapters
+from suaveplan_sandbox.cli._terminal import printable
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 
@@ -68,7 +69,8 @@ class TraceAudit:
             return
         verdict = "allow" if entry.allowed else "deny "
         why = entry.rule if entry.allowed else entry.reason
-        click.echo(f"trace {verdict} {entry.capability}.{entry.operation} ({why})", err=True)
+        line = f"trace {verdict} {entry.capability}.{entry.operation} ({why})"
+        click.echo(printable(line), err=True)
 
 
 async def run_plugin(

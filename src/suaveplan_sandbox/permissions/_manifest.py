@@ -258,6 +258,18 @@ def _file_error(path: Path, reason: str, message: str) -> SuaveplanError:
     )
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are unique. JSON leaves duplicates undefined: Python keeps
+    the last, other readers the first, so a reviewer's tool and the host could each see a
+    different `permissions` block. TOML already refuses them."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key[:40]!r}")
+        out[key] = value
+    return out
+
+
 def load_manifest(source: Mapping[str, object] | Manifest | str | os.PathLike[str]) -> Manifest:
     """Load a manifest from a mapping, or a `.json` / `.toml` file.
 
@@ -281,12 +293,19 @@ def load_manifest(source: Mapping[str, object] | Manifest | str | os.PathLike[st
         raise _file_error(path, "unreadable", f"cannot read it ({why})") from exc
     if len(raw) > MAX_MANIFEST_BYTES:
         raise _file_error(path, "too-large", "is larger than 1 MiB")
+    kind = "TOML" if path.suffix == ".toml" else "JSON"
     try:
         text = raw.decode("utf-8")
-        data: object = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        data: object = (
+            tomllib.loads(text)
+            if path.suffix == ".toml"
+            else json.loads(text, object_pairs_hook=_unique_keys)
+        )
     except (ValueError, UnicodeDecodeError) as exc:
-        kind = "TOML" if path.suffix == ".toml" else "JSON"
         raise _file_error(path, "unparsable", f"is not valid {kind}: {exc}"[:300]) from None
+    except RecursionError:
+        # Both parsers recurse per level: `[[[[…` within the size bound exhausts the stack.
+        raise _file_error(path, "unparsable", f"is not valid {kind}: nested too deeply") from None
     if not isinstance(data, Mapping):
         raise _file_error(
             path, "not-a-mapping", f"holds a {type(data).__name__}; a manifest is an object"

@@ -29,6 +29,12 @@ from suaveplan_sandbox.vm._guest._policy import (
 )
 
 _MAX_SOURCE = 4 * 1024 * 1024
+# A package is read whole into the host and sent to the fork server in one request, so its
+# sources together stay within one source's bound, and the walk looks at no more than this
+# many folder entries (files, folders, anything) before refusing: an archive of a million
+# empty files or folders must not keep the host busy or hold its memory.
+_MAX_BUNDLE_SOURCE = _MAX_SOURCE
+_MAX_ENTRIES = 10_000
 
 _ACCEPTED_KINDS = (".py file", "package folder with __init__.py")
 
@@ -213,7 +219,9 @@ def load_plugin(
     The path the host names is followed if it is a link; inside a package folder nothing
     may be one (a `.py` file or folder that is a link is SAND_INVALID_ARGUMENT, reason
     `symlink`): the package's contents are the author's, and a link would have the host
-    read its own files into the plugin. Every source must be a regular file.
+    read its own files into the plugin. Every source must be a regular file, read as
+    UTF-8 text (an encoding cookie is a comment: the checked text is the compiled text).
+    A package is bounded as a whole (`_MAX_ENTRIES`, `_MAX_BUNDLE_SOURCE`).
 
     `_without_interpreter_layer` is test-only (the escape corpus's process-layer-alone run):
     no AST or import check, and the worker runs the source with the real builtins (and logs
@@ -230,29 +238,7 @@ def load_plugin(
                 {"file": str(path), "accepted": list(_ACCEPTED_KINDS)},
             )
         top = path.name
-        for file in sorted(path.rglob("*.py")):
-            rel = file.relative_to(path)
-            if any(p.startswith(".") or p == "__pycache__" for p in rel.parts):
-                continue
-            if not all(
-                (path / Path(*rel.parts[:i]) / "__init__.py").is_file()
-                for i in range(len(rel.parts))
-            ):
-                continue
-            parts = [top, *rel.with_suffix("").parts]
-            is_pkg = parts[-1] == "__init__"
-            if is_pkg:
-                parts = parts[:-1]
-            # The package's own contents: a link in it is the author's, not the host's, and
-            # would read a host file (a settings.py, a quoted .env) into the plugin.
-            if any((path / Path(*rel.parts[: i + 1])).is_symlink() for i in range(len(rel.parts))):
-                raise _unreadable(str(rel), "symlink")
-            source = _read(file, str(rel), follow=False)
-            modules.append(
-                PluginModule(
-                    name=".".join(parts), filename=str(rel), source=source, is_package=is_pkg
-                )
-            )
+        modules = _read_package(path, top)
         entry = top
     elif path.is_file() and path.suffix == ".py":
         top = path.stem
@@ -309,14 +295,111 @@ def check_plugin_module(m: PluginModule, known: set[str], top: str) -> ast.Modul
     return tree
 
 
-def _read(file: Path, shown: str, *, follow: bool = True) -> str:
+def _read_package(path: Path, top: str) -> list[PluginModule]:
+    """Every module of the package folder `path`, in path order.
+
+    Only package folders (with an `__init__.py`) are entered, never through a link: each
+    folder is opened relative to its parent's descriptor with O_NOFOLLOW, so a folder
+    swapped for a link after it was listed is refused rather than followed. Hidden entries
+    and `__pycache__` are skipped (a shipped `.pyc` is never read). Bounded by
+    `_MAX_ENTRIES` entries looked at and `_MAX_BUNDLE_SOURCE` bytes read in all.
+    """
+    modules: list[PluginModule] = []
+    room = [_MAX_ENTRIES, _MAX_BUNDLE_SOURCE]  # entries, bytes still allowed
+    root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the host's path
+    # An explicit stack, not recursion: descriptors chain folders deeper than PATH_MAX.
+    stack: list[tuple[int, tuple[str, ...], list[str]]] = []
+    try:
+        stack.append((root, (), _listing(root, (), room)))
+        while stack:
+            fd, rel, names = stack[-1]
+            if not names:
+                stack.pop()
+                os.close(fd)
+                continue
+            name = names.pop()
+            parts = (*rel, name)
+            shown = str(Path(*parts))
+            if name.endswith(".py"):
+                # A link named like a module (to a file or a folder) is refused outright.
+                source = _read(name, shown, follow=False, dir_fd=fd, room=room)
+                mod = [top, *rel] + ([] if name == "__init__.py" else [name[:-3]])
+                modules.append(
+                    PluginModule(
+                        name=".".join(mod),
+                        filename=shown,
+                        source=source,
+                        is_package=name == "__init__.py",
+                    )
+                )
+                continue
+            sub = _package_folder(fd, name)
+            if sub is not None:
+                try:
+                    listing = _listing(sub, parts, room)
+                except BaseException:
+                    os.close(sub)
+                    raise
+                stack.append((sub, parts, listing))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+    return modules
+
+
+def _listing(fd: int, rel: tuple[str, ...], room: list[int]) -> list[str]:
+    """A folder's usable names, in reverse order (popped from the end: path order)."""
+    names: list[str] = []
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                room[0] -= 1
+                if room[0] < 0:
+                    raise _unreadable(str(Path(*rel)) if rel else ".", "too-many-files")
+                if not (entry.name.startswith(".") or entry.name == "__pycache__"):
+                    names.append(entry.name)
+    except OSError:
+        raise _unreadable(str(Path(*rel)) if rel else ".", "unreadable") from None
+    return sorted(names, reverse=True)
+
+
+def _package_folder(parent: int, name: str) -> int | None:
+    """A descriptor of `name` if it is a real folder (not a link) holding `__init__.py`."""
+    try:
+        fd = os.open(
+            name,
+            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            dir_fd=parent,
+        )
+    except OSError:
+        return None  # a file, a link, or gone: not a package folder of this plugin
+    try:
+        is_package = stat.S_ISREG(os.stat("__init__.py", dir_fd=fd).st_mode)
+    except OSError:
+        is_package = False
+    if not is_package:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read(
+    file: Path | str,
+    shown: str,
+    *,
+    follow: bool = True,
+    dir_fd: int | None = None,
+    room: list[int] | None = None,
+) -> str:
     """One plugin source: a regular file (never a FIFO or device, which could block or
     never end), read up to one byte past the size bound. `follow=False`: the file itself
     must not be a symbolic link (O_NOFOLLOW, so a link swapped in after the walk's check
-    is refused too). The plugin path the host names is followed."""
+    is refused too). The plugin path the host names is followed. `room`: the bytes the
+    package still has (`[entries, bytes]`, updated), checked as the file is read."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    limit = _MAX_SOURCE if room is None else min(_MAX_SOURCE, room[1])
     try:
-        fd = os.open(file, flags)
+        fd = os.open(file, flags, dir_fd=dir_fd)
     except OSError as exc:
         raise _unreadable(
             shown, "symlink" if exc.errno == errno.ELOOP and not follow else "unreadable"
@@ -326,7 +409,7 @@ def _read(file: Path, shown: str, *, follow: bool = True) -> str:
             raise _unreadable(shown, "not-a-regular-file")
         chunks: list[bytes] = []
         size = 0
-        while size <= _MAX_SOURCE and (chunk := os.read(fd, _MAX_SOURCE + 1 - size)):
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
     except OSError:
@@ -334,17 +417,26 @@ def _read(file: Path, shown: str, *, follow: bool = True) -> str:
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    if len(data) > _MAX_SOURCE:
+    if len(data) > limit:
+        alone = len(data) > _MAX_SOURCE
         raise SuaveplanError(
-            "SAND_VM_SYNTAX_FORBIDDEN", "plugin source too large", {"file": _shown(file.name)}
+            "SAND_VM_SYNTAX_FORBIDDEN",
+            "plugin source too large" if alone else "plugin sources too large together",
+            {
+                "file": _shown(shown),
+                "reason": "too-large" if alone else "sources-too-large",
+                "limit": _MAX_SOURCE,
+            },
         )
+    if room is not None:
+        room[1] -= len(data)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SuaveplanError(
             "SAND_VM_SYNTAX_FORBIDDEN",
             "plugin source is not UTF-8",
-            {"file": _shown(file.name), "line": data.count(b"\n", 0, exc.start) + 1},
+            {"file": _shown(Path(file).name), "line": data.count(b"\n", 0, exc.start) + 1},
         ) from None
 
 
