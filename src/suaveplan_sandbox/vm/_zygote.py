@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Final
@@ -34,6 +36,21 @@ _BOOTSTRAP: Final = (
 _SEND_FAILED: Final = "send"
 # Digests believed loaded in the zygote, a hint bounded like the zygote's own cache.
 _LOADED_HINTS: Final = 1024
+# A bundle packed larger than this goes to the fork server in a memfd passed with the load
+# request, not in the request's one datagram: a SOCK_SEQPACKET datagram cannot exceed the
+# socket's send buffer (`net.core.wmem_default`, 208 KiB on many machines), and every plugin
+# over about 200 KB failed as `SAND_VM_FORK_SERVER_FAILED` ("send").
+_INLINE_BUNDLE_BYTES: Final = 64 * 1024
+
+
+def _anonymous_file() -> int:
+    """An fd of a regular file no other process can open by name: a memfd on Linux, else an
+    unlinked temporary file."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        return int(memfd_create("suaveplan-bundle", os.MFD_CLOEXEC))
+    with tempfile.TemporaryFile() as tmp:
+        return os.dup(tmp.fileno())
 
 
 def _failed(why: str, cause: BaseException | None = None) -> SuaveplanError:
@@ -224,7 +241,19 @@ class ForkServer:
             return pid
 
     def _load(self, ctl: socket.socket, bundle: PluginBundle) -> None:
-        rep = self._request(ctl, {"op": "load", "bundle": bundle.to_wire()}, [])
+        wire = bundle.to_wire()
+        packed = msgpack.packb(wire, use_bin_type=True)
+        if len(packed) <= _INLINE_BUNDLE_BYTES:
+            rep = self._request(ctl, {"op": "load", "bundle": wire}, [])
+        else:
+            fd = _anonymous_file()
+            try:
+                view = memoryview(packed)
+                while view:
+                    view = view[os.write(fd, view) :]
+                rep = self._request(ctl, {"op": "load", "bundle_bytes": len(packed)}, [fd])
+            finally:
+                os.close(fd)
         if rep.get("op") != "loaded":
             raise _failed(str(rep.get("why", "load")))
         if len(self._loaded) >= _LOADED_HINTS:

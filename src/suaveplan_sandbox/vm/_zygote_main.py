@@ -179,6 +179,33 @@ def _serve_request(  # noqa: PLR0917
         raise _BadRequest("internal", req_id) from exc
 
 
+def _bundle_in_fd(fds: list[int], size: object, req_id: int) -> object:
+    """The bundle the host wrote to the file (a memfd) in `fds`, decoded; the fd is taken
+    from `fds` and closed here. The file must be a regular one of exactly `size` bytes, at
+    most `_MAX_REQUEST`, as an inline request is."""
+    fd = fds.pop()  # ours now: the request loop does not close it a second time
+    try:
+        if type(size) is not int or not 0 < size <= _MAX_REQUEST:
+            raise _BadRequest("bad-bundle-size", req_id)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            raise _BadRequest("bad-bundle-fd", req_id)
+        data = bytearray()
+        while len(data) < size:
+            chunk = os.pread(fd, size - len(data), len(data))
+            if not chunk:
+                raise _BadRequest("bad-bundle-fd", req_id)
+            data += chunk
+    except OSError as exc:
+        raise _BadRequest("bad-bundle-fd", req_id) from exc
+    finally:
+        os.close(fd)
+    try:
+        return msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, max_ext_len=0)
+    except Exception as exc:  # msgpack raises many types; all mean "malformed"
+        raise _BadRequest(f"bundle:{_WIRE}", req_id) from exc
+
+
 def _dispatch(  # noqa: PLR0917
     ctl: socket.socket,
     req_id: int,
@@ -191,10 +218,15 @@ def _dispatch(  # noqa: PLR0917
 ) -> None:
     op = req.get("op")
     if op == "load":
-        if fds:
+        raw_bundle = req.get("bundle")
+        if "bundle_bytes" in req:  # a large bundle: in the one fd passed with the request
+            if len(fds) != 1:
+                raise _BadRequest("need-one-fd", req_id)
+            raw_bundle = _bundle_in_fd(fds, req.get("bundle_bytes"), req_id)
+        elif fds:
             raise _BadRequest("unexpected-fds", req_id)
         try:
-            bundle = PluginBundle.from_wire(req.get("bundle"))
+            bundle = PluginBundle.from_wire(raw_bundle)
             compiled = cache.pop(bundle.digest, None) or compile_bundle(bundle)
             cache[bundle.digest] = compiled  # most recently used: last
             while len(cache) > _MAX_COMPILED:

@@ -245,3 +245,70 @@ def test_the_fork_server_and_its_children_have_a_session_and_group_of_their_own(
     finally:
         ours.close()
         theirs.close()
+
+
+def _open_files(srv: ForkServer) -> list[str]:
+    proc = f"/proc/{srv.pid}/fd"
+    return [os.readlink(f"{proc}/{name}") for name in os.listdir(proc)]
+
+
+def _bundle_request(size: int) -> bytes:
+    packed: bytes = msgpack.packb({"op": "load", "id": 4, "bundle_bytes": size})
+    return packed
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("test-bundle")
+    os.write(fd, data)
+    return fd
+
+
+@pytest.mark.parametrize(
+    ("declared", "content", "why"),
+    [
+        (10, b"0123456789", "bundle:SAND_WIRE_ERROR"),  # not msgpack
+        (11, b"0123456789", "bad-bundle-fd"),  # shorter than declared
+        (0, b"", "bad-bundle-size"),
+        (9 * 1024 * 1024, b"x", "bad-bundle-size"),  # over the request limit
+        (5, msgpack.packb({"name": 1}), "bad-bundle-fd"),  # size differs
+    ],
+    ids=["undecodable", "short", "empty", "too-large", "size-mismatch"],
+)
+def test_a_bundle_in_an_fd_that_does_not_match_its_request_is_refused_and_the_fd_closed(
+    server: ForkServer, declared: int, content: bytes, why: str
+) -> None:
+    fd = _memfd(content)
+    try:
+        rep = _raw(server, _bundle_request(declared), [fd])
+        assert (rep["op"], rep["why"]) == ("error", why)
+        assert "/memfd:test-bundle (deleted)" not in _open_files(server)  # its copy closed
+        assert server.ping() == server.pid
+        assert server.starts == 1
+    finally:
+        os.close(fd)
+
+
+def test_a_bundle_request_without_its_fd_or_with_a_pipe_is_refused(server: ForkServer) -> None:
+    assert _raw(server, _bundle_request(10))["why"] == "need-one-fd"
+    r, w = os.pipe()
+    try:
+        os.write(w, b"0123456789")
+        assert _raw(server, _bundle_request(10), [r])["why"] == "bad-bundle-fd"
+    finally:
+        os.close(r)
+        os.close(w)
+    assert server.ping() == server.pid
+
+
+def test_a_plugin_larger_than_one_control_datagram_loads_and_answers(tmp_path: Any) -> None:
+    # A 3 MB source: its bundle goes to the fork server in a memfd (a SEQPACKET datagram is
+    # bounded by the socket's send buffer, about 208 KiB by default).
+    from suaveplan_sandbox.permissions import PermissionPolicy
+    from suaveplan_sandbox.vm import create_vm_sandbox_sync
+
+    (tmp_path / "big.py").write_text(
+        "DATA = " + repr("x" * 3_000_000) + "\n\ndef size():\n    return len(DATA)\n"
+    )
+    policy = PermissionPolicy.from_manifest({"name": "big", "version": "1.0.0"}, root=tmp_path)
+    with create_vm_sandbox_sync(plugin_module_path=str(tmp_path / "big.py"), policy=policy) as sb:
+        assert sb.call("size") == 3_000_000
