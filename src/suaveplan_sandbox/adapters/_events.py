@@ -79,6 +79,13 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+async def _deliver(handler: EventHandler, topic: str, data: str) -> None:
+    # Each subscriber's copy is decoded when its turn comes, not all before the first runs:
+    # a plugin holding many subscriptions to one topic would otherwise have every publish
+    # hold one decoded copy per subscriber at once (a 16 MiB payload, 256 times over).
+    await handler(topic, decode_payload(data))
+
+
 @final
 class _InProcessSubscription:
     def __init__(self, bus: InProcessEventBus, pattern: str, handler: EventHandler) -> None:
@@ -105,7 +112,7 @@ class InProcessEventBus:
         data = encode_payload(payload)
         targets = [s for s in list(self._subs) if topic_matches(s.pattern, topic)]
         results = await asyncio.gather(
-            *(s.handler(topic, decode_payload(data)) for s in targets), return_exceptions=True
+            *(_deliver(s.handler, topic, data) for s in targets), return_exceptions=True
         )
         for result in results:
             if isinstance(result, BaseException):
