@@ -1275,6 +1275,10 @@ async def create_vm_sandbox(
                 raise _crashed("start-timeout") from None
         if len(ready.subscriptions) > MAX_SUBSCRIPTIONS:  # the guest runtime refuses more
             raise _crashed("too-many-subscriptions")
+        if len(set(ready.subscriptions)) != len(ready.subscriptions):
+            # The runtime keeps one handler per topic: a topic listed twice is a forged
+            # report, and each copy would be one more delivery of every event to decode.
+            raise _crashed("duplicate-subscriptions")
         sb._subscriptions = list(ready.subscriptions)
         sb._move("ready")
     except BaseException:

@@ -402,20 +402,29 @@ async def test_a_plugin_subscribing_to_more_topics_than_the_limit_is_not_created
 
 # Run without the interpreter layer (as the escape corpus does): the plugin plays a worker that
 # escaped it and announces more subscriptions than the guest runtime would ever allow.
-FORGED_READY = f"""
+FORGED_READY = """
 import gc
 from suaveplan_sandbox.protocol import Ready, encode
 
 for obj in gc.get_objects():
     if type(obj).__name__ == "socket" and hasattr(obj, "sendall"):
-        topics = ["orders.%d" % i for i in range({MAX_SUBSCRIPTIONS + 1})]
+        topics = TOPICS
         obj.sendall(encode(Ready(subscriptions=topics)))
         break
 """
 
 
+@pytest.mark.parametrize(
+    ("topics", "why"),
+    [
+        (f'["orders.%d" % i for i in range({MAX_SUBSCRIPTIONS + 1})]', "too-many-subscriptions"),
+        # One topic many times: each copy would be one more delivery of every event.
+        ('["orders.new"] * 64', "duplicate-subscriptions"),
+    ],
+    ids=["too-many", "duplicated"],
+)
 async def test_a_worker_announcing_more_subscriptions_than_the_limit_is_ended(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topics: str, why: str
 ) -> None:
     from suaveplan_sandbox.vm import _sandbox as vm_sandbox_module
     from suaveplan_sandbox.vm._guest import PluginBundle, load_plugin
@@ -426,7 +435,13 @@ async def test_a_worker_announcing_more_subscriptions_than_the_limit_is_ended(
     monkeypatch.setattr(vm_sandbox_module, "load_plugin", unchecked)
     bus = InProcessEventBus()
     with pytest.raises(SuaveplanError) as info:
-        await _sandbox(tmp_path, "forged", FORGED_READY, bus, {"subscribes": ["orders.*"]})
+        await _sandbox(
+            tmp_path,
+            "forged",
+            FORGED_READY.replace("TOPICS", topics),
+            bus,
+            {"subscribes": ["orders.*"]},
+        )
     assert info.value.code == "SAND_VM_WORKER_CRASHED"
-    assert info.value.details["why"] == "too-many-subscriptions"
+    assert info.value.details["why"] == why
     assert bus._subs == set()
