@@ -400,7 +400,9 @@ class Gateway:
 
     async def close(self) -> None:
         """Cancel in-flight adapter calls and drop subscriptions. Idempotent."""
-        if self._closed:
+        # After `close_nowait` (a crashed sandbox) the subscriptions are still on the host's
+        # bus: they are dropped here, or the bus keeps the dead sandbox and calls it for ever.
+        if self._closed and not self._subscriptions:
             return
         self._closed = True
         for fut in list(self._inflight):
@@ -416,7 +418,8 @@ class Gateway:
         self._flush_audit()
 
     def close_nowait(self) -> None:
-        """Synchronous close for blocking facades: cancels in-flight calls."""
+        """Synchronous close for blocking facades: cancels in-flight calls. Subscriptions
+        stay until `close()`, which drops them."""
         self._closed = True
         for fut in list(self._inflight):
             fut.cancel()

@@ -1100,6 +1100,15 @@ class VmSandbox:
         if state is _S.CRASHED:
             assert self._fatal is not None
             raise _crashed("earlier-crash") from self._fatal
+        if asyncio.get_running_loop() is not self._loop:
+            # The socket, the job queue and the futures are the creating loop's: a call from
+            # another loop (another thread) would reach the worker, racing that loop's
+            # callbacks, and then fail with asyncio's "attached to a different loop".
+            raise SuaveplanError(
+                "SAND_INVALID_ARGUMENT",
+                "the sandbox was called from an event loop other than the one that created it",
+                {"reason": "wrong-event-loop"},
+            )
         self._next_id = call_id = self._next_id + 1
         # The bytes of `encode(Call(...))`, after the same field checks, without the object.
         frame = encode_fields(Call, call_id, name, list(args), kwargs)
@@ -1314,7 +1323,7 @@ class BlockingVmSandbox:
     """Blocking facade over `VmSandbox`: a private event loop runs in a daemon thread."""
 
     def __init__(self, **kwargs: Any) -> None:
-        self._loop = LoopThread("suaveplan-vm-loop")
+        self._loop = LoopThread("suaveplan-vm-loop", disposed_code="SAND_VM_DISPOSED")
         try:
             self._sandbox: VmSandbox = self._loop.run(create_vm_sandbox(**kwargs))
         except BaseException:
@@ -1358,8 +1367,10 @@ class BlockingVmSandbox:
     def dispose(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        # Closed only once the dispose ran: called from the loop's own thread it is refused
+        # (SAND_INVALID_ARGUMENT) with the sandbox still open, for a later dispose to end.
         self._loop.run(self._sandbox.dispose())
+        self._closed = True
         self._loop.stop()
 
     def __enter__(self) -> BlockingVmSandbox:

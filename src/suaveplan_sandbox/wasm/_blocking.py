@@ -15,7 +15,7 @@ class BlockingWasmSandbox:
     """Same operations as `WasmSandbox`, blocking. Use `with` or call `dispose()`."""
 
     def __init__(self, **kwargs: Any) -> None:
-        self._loop = LoopThread("suaveplan-wasm-loop")
+        self._loop = LoopThread("suaveplan-wasm-loop", disposed_code="SAND_WASM_DISPOSED")
         try:
             self._sb: WasmSandbox = self._loop.run(create_wasm_sandbox(**kwargs))
         except BaseException:
