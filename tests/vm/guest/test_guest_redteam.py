@@ -1080,3 +1080,71 @@ async def test_fields_cached_properties_and_copies_of_plugin_objects_keep_workin
             42,
             {"name": "n", "tags": [1]},
         ]
+
+
+SUBCLASSHOOK_ROUTES = """
+import typing
+
+from suaveplan import fs
+
+seen = []
+
+
+class Probe(typing.Hashable):
+    @classmethod
+    def __subclasshook__(cls, c):
+        seen.append(c)
+        return True
+
+
+class Plain(typing.Sized):
+    def __subclasshook__(c=None, *a):
+        return True
+
+
+@typing.runtime_checkable
+class Named(typing.Protocol):
+    def name(self): ...
+
+
+class HasName:
+    def name(self):
+        return "n"
+
+
+def hook_sees_only_what_type_hands_out():
+    seen.clear()
+    checks = [
+        isinstance(int, Probe),
+        isinstance(fs.read_text, Probe),
+        isinstance(Probe, Probe),
+        isinstance(fs.read_text, Plain),
+    ]
+    return [checks, [repr(c) for c in seen]]
+
+
+def legit():
+    seen.clear()
+    return [
+        isinstance(3, Probe),
+        issubclass(str, Probe),
+        [repr(c) for c in seen],
+        isinstance(object(), Plain),
+        isinstance(HasName(), Named),
+        isinstance(3, Named),
+    ]
+"""
+
+
+async def test_an_abc_subclasshook_never_sees_a_class_type_refuses(tmp_path: Path) -> None:
+    async with await _create(tmp_path, SUBCLASSHOOK_ROUTES) as sb:
+        got = await sb.call("hook_sees_only_what_type_hands_out")
+        assert got == [[False, False, False, False], []]
+        assert await sb.call("legit") == [
+            True,
+            True,
+            ["<class 'int'>", "<class 'str'>"],
+            True,
+            True,
+            False,
+        ]

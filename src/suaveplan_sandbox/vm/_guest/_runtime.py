@@ -270,11 +270,43 @@ def _build_class(func: Callable[..., object], name: str, *bases: object, **kw: o
     if isinstance(cls, _b.type):
         refuse_metaclass(cls)
         mark_plugin_class(cls)
+        _guard_subclasshook(cls)
         # Inherited dataclass fields and match arguments are read natively by name: on
         # this class they must still resolve to the plugin's own attributes.
         check_dataclass_fields(cls)
         check_match_args(cls)
     return cls
+
+
+def _is_typing_proto_hook(hook: object) -> bool:
+    """typing's own `__subclasshook__` for Protocols (3.12+: one classmethod; 3.11: a closure
+    `Protocol.__init_subclass__` makes for each Protocol)."""
+    if hook is getattr(_typing, "_proto_hook", None):
+        return True
+    code = hook.__code__ if type(hook) is types.FunctionType else None
+    return (
+        code is not None and code.co_name == "_proto_hook" and code.co_filename == _typing.__file__
+    )
+
+
+def _guard_subclasshook(cls: type) -> None:
+    """ABCMeta calls `cls.__subclasshook__(C)` for every class C that any code checks with
+    `isinstance`/`issubclass` against the ABC or one of its superclasses (`isinstance(int,
+    Probe)` passes the real `type`; a check in trusted code, any class it tests): the plugin's
+    hook saw classes the guarded `type()` refuses, e.g. `type` itself, whose three-argument
+    call builds a class from any namespace. Its hook now sees only what `type()` hands out;
+    for anything else the check goes on as if it had answered NotImplemented."""
+    hook = cls.__dict__.get("__subclasshook__")
+    if hook is None or _is_typing_proto_hook(hook):
+        return
+    bind = getattr(_b.type(hook), "__get__", None)
+
+    def __subclasshook__(klass: type, sub: object) -> object:
+        if not _type_handed_out(sub):
+            return NotImplemented
+        return (bind(hook, None, klass) if bind is not None else hook)(sub)
+
+    _b.type.__setattr__(cls, "__subclasshook__", classmethod(__subclasshook__))
 
 
 @contextlib.contextmanager
@@ -525,13 +557,23 @@ def _g_delattr(obj: object, name: object) -> None:
     delattr(obj, _check_name(name, obj, store=True))
 
 
+def _type_handed_out(t: object) -> bool:
+    """Whether the guarded `type()` hands out class `t`."""
+    return (
+        isinstance(t, _b.type)
+        and t not in _DANGEROUS_TYPES
+        and t is not Facade
+        and not issubclass(t, _b.type)
+    )
+
+
 def _g_type(*args: object) -> object:
     if len(args) != 1:
         raise SuaveplanError(
             "SAND_VM_INDIRECT_EVAL_REJECTED", "type() with 3 arguments is not available"
         )
     t = type(args[0])
-    if t in _DANGEROUS_TYPES or t is Facade or issubclass(t, type):
+    if not _type_handed_out(t):
         raise SuaveplanError("SAND_VM_INDIRECT_EVAL_REJECTED", "that type is not available")
     return t
 
