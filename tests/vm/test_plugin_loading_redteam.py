@@ -10,24 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_plugin_files import _package, _refused
 
-from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.vm import create_vm_sandbox
 from suaveplan_sandbox.vm._guest import _loader, load_plugin
-
-
-def _package(tmp_path: Path, init: str = "") -> Path:
-    pkg = tmp_path / "plugins" / "pkg"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(init)
-    return pkg
-
-
-def _refused(path: Path) -> SuaveplanError:
-    with pytest.raises(SuaveplanError) as info:
-        load_plugin(path)
-    return info.value
 
 
 def _call(plugin: Path, name: str) -> object:

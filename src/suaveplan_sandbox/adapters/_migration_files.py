@@ -9,12 +9,11 @@ never its content.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from pathlib import Path
 from typing import Final
 
+from suaveplan_sandbox._untrusted_files import UnreadableFile, read_regular_file
 from suaveplan_sandbox.errors import SuaveplanError
 
 MAX_MIGRATION_BYTES: Final = 4 * 1024 * 1024
@@ -23,29 +22,14 @@ MAX_MIGRATION_BYTES: Final = 4 * 1024 * 1024
 def read_migration(file: Path) -> str:
     """The text of one migration file, or `SAND_DB_MIGRATION_FAILED` with `details.reason`
     `symlink`, `not-a-regular-file`, `too-large`, `not-utf8` or `unreadable`."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(file, flags)
-    except OSError as exc:
-        raise _unreadable(file, "symlink" if exc.errno == errno.ELOOP else "unreadable") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _unreadable(file, "not-a-regular-file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_MIGRATION_BYTES and (
-            chunk := os.read(fd, MAX_MIGRATION_BYTES + 1 - size)
-        ):
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError:
-        raise _unreadable(file, "unreadable") from None
-    finally:
-        os.close(fd)
-    if size > MAX_MIGRATION_BYTES:
+        data = read_regular_file(file, MAX_MIGRATION_BYTES)
+    except UnreadableFile as exc:
+        raise _unreadable(file, exc.reason) from None
+    if len(data) > MAX_MIGRATION_BYTES:
         raise _unreadable(file, "too-large")
     try:
-        return b"".join(chunks).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise _unreadable(file, "not-utf8") from None
 

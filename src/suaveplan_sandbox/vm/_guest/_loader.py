@@ -11,7 +11,6 @@ module constants of `_policy`; a new option that changes the verdict must join i
 from __future__ import annotations
 
 import ast
-import errno
 import hashlib
 import os
 import stat
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import final
 
+from suaveplan_sandbox._untrusted_files import UnreadableFile, read_regular_file
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest._policy import (
     ALLOWED_MODULES,
@@ -396,27 +396,11 @@ def _read(
     must not be a symbolic link (O_NOFOLLOW, so a link swapped in after the walk's check
     is refused too). The plugin path the host names is followed. `room`: the bytes the
     package still has (`[entries, bytes]`, updated), checked as the file is read."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     limit = _MAX_SOURCE if room is None else min(_MAX_SOURCE, room[1])
     try:
-        fd = os.open(file, flags, dir_fd=dir_fd)
-    except OSError as exc:
-        raise _unreadable(
-            shown, "symlink" if exc.errno == errno.ELOOP and not follow else "unreadable"
-        ) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _unreadable(shown, "not-a-regular-file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError:
-        raise _unreadable(shown, "unreadable") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
+        data = read_regular_file(file, limit, follow=follow, dir_fd=dir_fd)
+    except UnreadableFile as exc:
+        raise _unreadable(shown, exc.reason) from None
     if len(data) > limit:
         alone = len(data) > _MAX_SOURCE
         raise SuaveplanError(
