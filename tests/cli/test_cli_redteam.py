@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from suaveplan_sandbox._printable import printable
 from suaveplan_sandbox.adapters._migration_files import MAX_MIGRATION_BYTES, read_migration
 from suaveplan_sandbox.cli import main
-from suaveplan_sandbox.cli._terminal import printable
 from suaveplan_sandbox.errors import SuaveplanError
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202e"
@@ -29,10 +29,10 @@ def _no_controls(text: str) -> None:
 
 
 def test_printable_escapes_controls_c1_and_bidi_but_not_text() -> None:
-    assert printable("café ✓ tab\there") == "café ✓ tab\\x09here"
+    assert printable("café ✓ tab\there") == "café ✓ tab\\there"
     assert printable(ESCAPES) == "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u202e"
     assert printable("a\nb", keep_newlines=True) == "a\nb"
-    assert printable("a\nb") == "a\\x0ab"
+    assert printable("a\nb") == "a\\nb"
 
 
 def test_validate_shows_an_unknown_key_full_of_escapes_as_text(

@@ -19,6 +19,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from suaveplan_sandbox._printable import printable
 from suaveplan_sandbox.cli._demo_runs import (
     Record,
     refusal,
@@ -26,7 +27,6 @@ from suaveplan_sandbox.cli._demo_runs import (
     run_python_example,
     run_wasm_example,
 )
-from suaveplan_sandbox.cli._terminal import printable
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import PERMISSION_DENIED, InMemoryMetrics
 from suaveplan_sandbox.permissions import Allow, PermissionChecker, PermissionPolicy

@@ -22,8 +22,8 @@ from typing import Any
 
 from rich.console import Console
 
+from suaveplan_sandbox._printable import printable
 from suaveplan_sandbox.adapters import open_standard_adapters
-from suaveplan_sandbox.cli._terminal import printable
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import PERMISSION_DENIED, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import click
 
-from suaveplan_sandbox.cli._terminal import printable
+from suaveplan_sandbox._printable import printable
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import (
     Allow,

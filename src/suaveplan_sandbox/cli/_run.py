@@ -20,8 +20,8 @@ from typing import Any
 
 import click
 
+from suaveplan_sandbox._printable import printable
 from suaveplan_sandbox.adapters import Adapters, AuditRecord, AuditSink, open_standard_adapters
-from suaveplan_sandbox.cli._terminal import printable
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 

@@ -79,6 +79,7 @@ from typing import Any, Final, final
 import psutil
 
 from suaveplan_sandbox._loop_thread import LoopThread
+from suaveplan_sandbox._printable import printable
 from suaveplan_sandbox.adapters import Adapters, StandardAdapters, open_standard_adapters
 from suaveplan_sandbox.adapters import _events as _bus
 from suaveplan_sandbox.adapters._protocols import EventHandler, QueryResult
@@ -254,16 +255,6 @@ class _Allowance:
     def release_held(self) -> int:
         held, self.held = self.held, 0
         return held
-
-
-def _printable(text: str) -> str:
-    """`text` with every non-printable character (newlines, escapes, bidi controls) escaped,
-    so one plugin line stays one host log line that a terminal shows as written."""
-    if text.isprintable():
-        return text
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
-    )
 
 
 def _claimed(code: str) -> SuaveplanError:
@@ -1074,9 +1065,9 @@ class VmSandbox:
         if allowance.held:
             self._report_held_logs()
         if len(text) > MAX_FORWARDED_LOG_CHARS:
-            shown = f"{_printable(text[:MAX_FORWARDED_LOG_CHARS])}... [{len(text)} characters]"
+            shown = f"{printable(text[:MAX_FORWARDED_LOG_CHARS])}... [{len(text)} characters]"
         else:
-            shown = _printable(text)
+            shown = printable(text)
         _log.log(levelno, "[%s] %s", self._plugin, shown)
 
     def _report_held_logs(self) -> None:
