@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -81,7 +82,7 @@ def _to_wire(exc: BaseException, depth: int) -> dict[str, WireValue]:
         out: dict[str, WireValue] = {
             "code": exc.code,
             "message": exc.message,
-            "details": _plain(exc.details, 0),
+            "details": _plain(exc.details, 0, _Room(_UNBOUNDED)),
         }
     else:
         out = {
@@ -95,23 +96,6 @@ def _to_wire(exc: BaseException, depth: int) -> dict[str, WireValue]:
     return out
 
 
-def _plain(value: object, depth: int) -> WireValue:
-    """Coerce to wire-safe plain data (bounded), so a bad details dict cannot break encoding."""
-    if depth > 8:
-        return None
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, str):
-        return value[:_MAX_MESSAGE]
-    if isinstance(value, list | tuple):
-        return [_plain(v, depth + 1) for v in list(value)[:_MAX_DETAIL_ITEMS]]
-    if isinstance(value, dict):
-        return {
-            str(k)[:256]: _plain(v, depth + 1) for k, v in list(value.items())[:_MAX_DETAIL_ITEMS]
-        }
-    return type(value).__name__
-
-
 def _malformed(what: str) -> SuaveplanError:
     return SuaveplanError("SAND_WIRE_ERROR", f"malformed error on the wire: {what}")
 
@@ -121,8 +105,8 @@ class _Room:
 
     __slots__ = ("left",)
 
-    def __init__(self) -> None:
-        self.left = MAX_WIRE_ERROR_TEXT
+    def __init__(self, left: int = MAX_WIRE_ERROR_TEXT) -> None:
+        self.left = left
 
     def text(self, value: str, limit: int) -> str:
         kept = value[: max(0, min(limit, self.left))]
@@ -130,9 +114,14 @@ class _Room:
         return kept
 
 
-def _plain_wire(value: object, depth: int, room: _Room) -> WireValue:
-    """`_plain` for data from the wire, within `room`: once it is used up, strings are
-    empty and containers end (so also at most `MAX_WIRE_ERROR_TEXT` items in all)."""
+# No bound but the per-field ones: what this process's own errors send (`to_wire`).
+_UNBOUNDED: Final = sys.maxsize
+
+
+def _plain(value: object, depth: int, room: _Room) -> WireValue:
+    """Wire-safe plain data (each string, list and map cut, 8 levels deep, anything else its
+    type's name), within `room`: once it is used up, strings are empty and containers end
+    (so from the wire also at most `MAX_WIRE_ERROR_TEXT` items in all)."""
     if depth > 8:
         return None
     if value is None or isinstance(value, bool | int | float):
@@ -145,14 +134,14 @@ def _plain_wire(value: object, depth: int, room: _Room) -> WireValue:
         for item in value[:_MAX_DETAIL_ITEMS]:
             if room.left <= 0:
                 break
-            items.append(_plain_wire(item, depth + 1, room))
+            items.append(_plain(item, depth + 1, room))
         return items
     if isinstance(value, dict):
         entries: dict[str, WireValue] = {}
         for count, (key, item) in enumerate(value.items()):
             if count >= _MAX_DETAIL_ITEMS or room.left <= 0:
                 break
-            entries[room.text(str(key), 256)] = _plain_wire(item, depth + 1, room)
+            entries[room.text(str(key), 256)] = _plain(item, depth + 1, room)
         return entries
     room.left -= 1
     return type(value).__name__
@@ -170,7 +159,7 @@ def _from_wire(data: object, depth: int, room: _Room | None = None) -> Suaveplan
     if not isinstance(details, dict):
         return _malformed("details must be a map")
     message = room.text(message, _MAX_MESSAGE)
-    plain_details = _plain_wire(details, 0, room)
+    plain_details = _plain(details, 0, room)
     assert isinstance(plain_details, dict)
     if not is_registered(code):
         plain_details = {**plain_details, "original_code": code[:128]}
