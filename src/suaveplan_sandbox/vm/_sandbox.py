@@ -322,6 +322,16 @@ def _crashed(why: str) -> SuaveplanError:
     return SuaveplanError("SAND_VM_WORKER_CRASHED", "the worker process died", {"why": why})
 
 
+# How long `dispose()` awaited on another loop waits for the sandbox's own loop to run it.
+_ELSEWHERE_WAIT_S: Final = 5.0
+
+
+def _interrupted(exc: BaseException) -> Exception:
+    """What the worker is told of an adapter that raised `exc`, not an `Exception`: an
+    adapter failure (`_host_failure` logs its type and a correlation id)."""
+    return RuntimeError(f"the adapter raised {type(exc).__name__}")
+
+
 def _sampling_unavailable(exc: psutil.Error) -> SuaveplanError:
     """A CPU/RSS budget whose worker cannot be sampled is not enforced: fail closed."""
     return SuaveplanError(
@@ -378,6 +388,7 @@ class VmSandbox:
         self._redactor = SecretRedactor()
         self._out = bytearray()
         self._pid = 0
+        self._killed = False  # `_kill` has sent its SIGKILL
         self._job: _Job | None = None
         self._waiting: deque[_Job] = deque()
         self._next_id = 0
@@ -480,7 +491,10 @@ class VmSandbox:
         await self.dispose()
 
     def _kill(self) -> None:
-        if self._pid:
+        # Once: SIGKILL cannot be caught, and a later kill (a dispose after a crash, perhaps
+        # long after) could reach another process that was given the reaped worker's pid.
+        if self._pid and not self._killed:
+            self._killed = True
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)
 
@@ -549,8 +563,14 @@ class VmSandbox:
         self._fail_jobs(err)
 
     async def dispose(self) -> None:
-        """Kill the worker, cancel in-flight adapter calls, close fds. Idempotent."""
+        """Kill the worker, cancel in-flight adapter calls, close fds. Idempotent.
+
+        Awaited on an event loop other than the sandbox's own, the work is done on its own
+        loop (`_dispose_elsewhere`)."""
         if self._state is _S.DISPOSED:
+            return
+        if asyncio.get_running_loop() is not self._loop:
+            await self._dispose_elsewhere()
             return
         self._state = _S.DISPOSED
         self._kill()
@@ -569,6 +589,48 @@ class VmSandbox:
         if self._owned is not None:
             owned, self._owned = self._owned, None
             await owned.aclose()
+
+    async def _dispose_elsewhere(self) -> None:
+        """`dispose()` from another loop. The socket's reader, the timers, the futures and
+        the adapter tasks are the sandbox loop's, and touching them from another thread
+        races that loop: the dispose runs there and this waits for it. A loop that does not
+        turn within `_ELSEWHERE_WAIT_S` (stopped, or blocked) cannot be waited for: the worker
+        is killed from here, and the rest runs when that loop turns again. A closed loop runs
+        nothing again: what needs no loop is done here."""
+        owner = self._loop
+        if owner.is_closed():
+            self._dispose_without_loop()
+            return
+        coro = self.dispose()
+        try:
+            done = asyncio.run_coroutine_threadsafe(coro, owner)
+        except RuntimeError:  # closed meanwhile
+            coro.close()
+            self._dispose_without_loop()
+            return
+        waited = asyncio.wrap_future(done)
+        finished, _ = await asyncio.wait({waited}, timeout=_ELSEWHERE_WAIT_S)
+        if finished:
+            waited.result()
+            return
+        self._kill()
+
+    def _dispose_without_loop(self) -> None:
+        """The part of `dispose` that needs no event loop, for a sandbox whose loop is closed:
+        the worker killed, its descriptors closed. Futures and tasks of a closed loop can
+        never run again; nothing is left waiting on them."""
+        self._state = _S.DISPOSED
+        self._kill()
+        if self._lifeline >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._lifeline)
+            self._lifeline = -1
+        if self._sock is not None:
+            self._sock.close()  # a closed loop's selector is closed: nothing to unregister
+            self._sock = None
+            self._out.clear()
+        with contextlib.suppress(RuntimeError):  # a future's callbacks on the closed loop
+            self._gateway.close_nowait()
 
     # -- channel --------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -774,6 +836,12 @@ class VmSandbox:
         except Exception as exc:
             self._reply(msg, job, failure=self._host_failure(msg, job, exc))
             return
+        except BaseException as exc:
+            # KeyboardInterrupt or SystemExit from an adapter: it is the host's to handle,
+            # but the worker still gets its answer, or the call would stay in flight until
+            # its budget ends and every call queued behind it would fail.
+            self._reply(msg, job, failure=self._host_failure(msg, job, _interrupted(exc)))
+            raise
         if done:
             self._reply(msg, job, value)
             return
@@ -791,6 +859,8 @@ class VmSandbox:
             self._reply(msg, job, task.result())
         elif isinstance(exc, Exception):
             self._reply(msg, job, failure=self._host_failure(msg, job, exc))
+        else:  # asyncio re-raised it from the loop; the worker is answered all the same
+            self._reply(msg, job, failure=self._host_failure(msg, job, _interrupted(exc)))
 
     def _host_failure(self, msg: HostCall, job: _Job, exc: Exception) -> HostFailure:
         if isinstance(exc, SuaveplanError):

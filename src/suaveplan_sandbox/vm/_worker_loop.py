@@ -19,11 +19,21 @@ worker that waits long — an idle plugin, a slow adapter — stops polling afte
 and then polls only one wait in `REPROBE_EVERY + 1`, to find out whether answers come fast
 again. The polling itself is `poll_receiver`'s: the C accelerator's loop when it is built,
 its Python twin otherwise; the host's inline waits use the same.
+
+Plugin code runs only inside a call or delivery, between the worker's own reads and writes.
+The cyclic garbage collector would break that: a collection that a decode's allocations
+start runs the finalizers (`__del__`) of the plugin's garbage right there, and one that
+calls the host re-entered the channel's decoder mid-frame, took the outer host call's answer
+and left that call waiting until its budget ended (or broke the protocol). So automatic
+collection is on only while plugin code runs (`_plugin_code`); the worker's own code never
+triggers it. A host call made while another waits for its answer is refused with a coded
+error all the same (a finalizer run by reference counting, not by the collector).
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import socket
 from collections import deque
@@ -216,10 +226,28 @@ def _process_probe() -> dict[str, object]:
     return out
 
 
+def _plugin_code(run: Callable[..., object], *args: object) -> object:
+    """`run(*args)` with automatic garbage collection on: the only place plugin finalizers
+    may run (module docstring)."""
+    gc.enable()
+    try:
+        return run(*args)
+    finally:
+        gc.disable()
+
+
+def _nested_host_call() -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_VM_PLUGIN_ERROR",
+        "a host call was made while another was waiting for its answer",
+        {"type": "RuntimeError", "reason": "nested-host-call"},
+    )
+
+
 def _answer(chan: _Channel, call_id: int, run: Callable[..., object], *args: object) -> None:
     """Run one call or event delivery, `run(*args)`, and send its `Result` or coded `Failure`."""
     try:
-        value = run(*args)
+        value = _plugin_code(run, *args)
     except SuaveplanError as exc:
         chan.send(Failure(id=call_id, error=exc.to_wire()))  # type: ignore[arg-type]
     except MemoryError:
@@ -241,19 +269,28 @@ def serve(
 ) -> NoReturn:
     chan = _Channel(sock, busy_poll_s)
     next_id = 0
+    waiting = False  # a host call is waiting for its answer
 
     def host_call(capability: str, operation: str, args: dict[str, object]) -> object:
-        nonlocal next_id
-        next_id += 1
-        my_id = next_id
-        chan.send_frame(encode_fields(HostCall, my_id, capability, operation, args))
-        while True:
-            msg = chan.read(chan.for_host)
-            if type(msg) is HostReply and msg.id == my_id:
-                return msg.value
-            if type(msg) is HostFailure and msg.id == my_id:
-                raise SuaveplanError.from_wire(msg.error)
-            chan.backlog.append(msg)
+        nonlocal next_id, waiting
+        if waiting:
+            raise _nested_host_call()
+        waiting = True
+        gc.disable()  # the worker's own code from here to the answer (module docstring)
+        try:
+            next_id += 1
+            my_id = next_id
+            chan.send_frame(encode_fields(HostCall, my_id, capability, operation, args))
+            while True:
+                msg = chan.read(chan.for_host)
+                if type(msg) is HostReply and msg.id == my_id:
+                    return msg.value
+                if type(msg) is HostFailure and msg.id == my_id:
+                    raise SuaveplanError.from_wire(msg.error)
+                chan.backlog.append(msg)
+        finally:
+            waiting = False
+            gc.enable()
 
     def log(level: str, text: str) -> None:
         chan.send(
@@ -266,8 +303,9 @@ def serve(
     # Before any plugin code runs: after it, a worker's word is the plugin's word.
     chan.send(Hardened(hardening=hardening))
     runtime = GuestRuntime(compiled, host_call=host_call, log=log)
+    gc.disable()  # on only while plugin code runs (module docstring)
     try:
-        runtime.start()
+        _plugin_code(runtime.start)
     except SuaveplanError as exc:
         chan.send(Failure(id=0, error=exc.to_wire()))  # type: ignore[arg-type]
         raise SystemExit(0) from None
