@@ -278,7 +278,10 @@ def check_plugin_module(m: PluginModule, known: set[str], top: str) -> ast.Modul
 
     Used at load (host) and again before compiling (worker): never trust the wire.
     """
-    tree, imports = check_module(m.source, m.filename)
+    try:
+        tree, imports = check_module(m.source, m.filename)
+    except (RecursionError, MemoryError):
+        raise too_complex(m.filename) from None
     for module, level, names, node in imports:
         try:
             resolve_import(module, level, names, m.name, m.is_package, known, top)
@@ -293,6 +296,19 @@ def check_plugin_module(m: PluginModule, known: set[str], top: str) -> ast.Modul
                 },
             ) from None
     return tree
+
+
+def too_complex(filename: str) -> SuaveplanError:
+    """The error for source nested too deeply to parse, check or compile. Python's parser
+    raises `MemoryError` for some nesting (its own stack) and `RecursionError` for other;
+    the checker is recursive, so an expression nested a few hundred deep (a sum of ~300
+    terms) is past the interpreter's recursion limit. Either is the plugin's input, told
+    apart from the host's failures by a code."""
+    return SuaveplanError(
+        "SAND_VM_SYNTAX_FORBIDDEN",
+        "plugin source is nested too deeply to check",
+        {"file": filename, "reason": "too-deeply-nested"},
+    )
 
 
 def _read_package(path: Path, top: str) -> list[PluginModule]:

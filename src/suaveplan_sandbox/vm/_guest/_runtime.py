@@ -41,7 +41,7 @@ from suaveplan_sandbox.vm._guest._guards import (
 )
 from suaveplan_sandbox.vm._guest._guards import __file__ as _guards_file
 from suaveplan_sandbox.vm._guest._lazy_imports import C_IMPLICIT_IMPORTS, preload_lazy_imports
-from suaveplan_sandbox.vm._guest._loader import PluginBundle, check_plugin_module
+from suaveplan_sandbox.vm._guest._loader import PluginBundle, check_plugin_module, too_complex
 from suaveplan_sandbox.vm._guest._policy import (
     ALLOWED_MODULES,
     DIRECT_EVAL,
@@ -695,7 +695,10 @@ def compile_bundle(bundle: PluginBundle) -> CompiledBundle:
         source: ast.Module | str = (
             check_plugin_module(m, known, top) if bundle.interpreter_layer else m.source
         )
-        code = compile(source, m.filename, "exec", dont_inherit=True)
+        try:
+            code = compile(source, m.filename, "exec", dont_inherit=True)
+        except (RecursionError, MemoryError):
+            raise too_complex(m.filename) from None
         out[m.name] = CompiledModule(m.name, m.filename, m.is_package, code)
     return CompiledBundle(
         bundle.name,
