@@ -119,3 +119,32 @@ def test_canonical_host_is_idempotent(host: str) -> None:
     once = canonical_host(host.upper() + ".")
     assert once is not None
     assert canonical_host(once) == once
+
+
+_ENTRY_NAMES = st.sampled_from(
+    ["a", "b", "ab", "a.b", ".a", "*", "a*", ".", "..", "", "a/b", "a\0", "\udcff", "x" * 256]
+)
+_LISTED_DIRECTORIES = st.sampled_from([".", "a", "b", "ab", "a/b", "a/a", "a.b", "ab/a*"])
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(fs_rules, min_size=1, max_size=4),
+    _LISTED_DIRECTORIES,
+    st.lists(_ENTRY_NAMES, max_size=8),
+)
+def test_a_listing_names_exactly_the_entries_a_read_would_be_allowed(
+    rules: list[str], directory: str, names: list[str]
+) -> None:
+    # Whatever shortcut `readable_entries` takes, it shows a name exactly when reading that
+    # entry would be allowed, and a name that is not one plain entry never.
+    rule_set = FsRuleSet(rules)
+    prefix = "" if directory == "." else directory + "/"
+    expected = sorted(
+        name
+        for name in names
+        if name not in ("", ".", "..")
+        and "/" not in name
+        and isinstance(rule_set.check(prefix + name), Allow)
+    )
+    assert rule_set.readable_entries(directory, names) == expected

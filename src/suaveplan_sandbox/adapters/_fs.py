@@ -2,7 +2,8 @@
 
 Theory of operation: the root is opened once as a directory fd. Every request walks from that
 fd, one component at a time, with `O_NOFOLLOW` (or a single `openat2` with
-`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` where the kernel has it).
+`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` where the kernel has it;
+both in `_beneath`, which the WASM host's preopens share).
 *Every* symbolic link is refused (`SAND_FS_LINK_REFUSED`), including links that would stay
 inside the root: following none is the only rule that a rename race cannot turn into an
 escape, because the kernel re-checks each component at the moment it is opened.
@@ -74,6 +75,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Final, NoReturn, final
 
+from suaveplan_sandbox.adapters._beneath import open_directory, open_leaf, openat2_works
 from suaveplan_sandbox.adapters._fs_quota import RootUsage, charge, usage_for
 from suaveplan_sandbox.adapters._openat2 import (
     CACHED_RESOLVE,
@@ -83,7 +85,6 @@ from suaveplan_sandbox.adapters._openat2 import (
     NR_OPENAT2,
     PATH_FLAGS,
     READ_FLAGS,
-    RESOLVE,
     SYSCALL,
     OpenHow,
     filesystem_type,
@@ -111,7 +112,6 @@ DEFAULT_MAX_LIST_ENTRIES: Final = 100_000
 # Bytes of the target's name kept in its temp file's name: with the rest (33 bytes) it stays
 # under NAME_MAX (255) whatever the name, which may itself be 255 bytes.
 _TMP_NAME_BYTES: Final = 100
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _raise(code: str, message: str, exc: BaseException | None = None) -> NoReturn:
@@ -307,12 +307,7 @@ class BeneathRootFs:
     # -- resolution -------------------------------------------------------------------------
 
     def _probe_openat2(self) -> bool:
-        try:
-            fd = self._openat2_call(self._root_fd, ".", _DIR_FLAGS & ~os.O_NOFOLLOW)
-        except OSError:
-            return False
-        os.close(fd)
-        return True
+        return openat2_works(self._root_fd)
 
     def _probe_cached(self) -> bool:
         """Whether this kernel has `RESOLVE_CACHED` (older ones refuse the flag: EINVAL)."""
@@ -326,20 +321,6 @@ class BeneathRootFs:
                 return False
         return False
 
-    def _openat2_call(self, dir_fd: int, rel: str, flags: int, mode: int = 0) -> int:
-        # openat2 rejects a mode without O_CREAT (EINVAL).
-        how = OpenHow(flags, mode if flags & os.O_CREAT else 0, RESOLVE)
-        assert SYSCALL is not None
-        fd = int(
-            SYSCALL(NR_OPENAT2, ctypes.c_int(dir_fd), os.fsencode(rel), ctypes.byref(how), HOW_SIZE)
-        )
-        if fd < 0:
-            err = ctypes.get_errno()
-            if err == errno.EAGAIN:  # a concurrent rename; the caller may retry
-                err = errno.ELOOP
-            raise OSError(err, os.strerror(err))
-        return fd
-
     def _open_dir(self, parts: list[str]) -> int:
         """A new fd for the directory `parts` beneath the root, crossing no link."""
         root = self._hold_root()
@@ -351,32 +332,11 @@ class BeneathRootFs:
             self._release_root()
 
     def _open_dir_from(self, root: int, parts: list[str]) -> int:
-        if not parts:
-            return os.dup(root)
-        if self._openat2:
-            return self._openat2_call(root, "/".join(parts), _DIR_FLAGS & ~os.O_NOFOLLOW)
-        fd = os.dup(root)
-        try:
-            for part in parts:
-                try:
-                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except NotADirectoryError:
-                    # O_NOFOLLOW|O_DIRECTORY on a link reports ENOTDIR: say what it was.
-                    st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-                    if stat.S_ISLNK(st.st_mode):
-                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP)) from None
-                    raise
-                os.close(fd)
-                fd = nxt
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        # The walk (or the one openat2) is `_beneath`'s, shared with the WASM preopens.
+        return open_directory(root, parts, use_openat2=self._openat2)
 
     def _open_leaf(self, dir_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
-        if self._openat2:
-            return self._openat2_call(dir_fd, name, flags | os.O_CLOEXEC, mode)
-        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        return open_leaf(dir_fd, name, flags, mode, use_openat2=self._openat2)
 
     # -- blocking operations ----------------------------------------------------------------
 

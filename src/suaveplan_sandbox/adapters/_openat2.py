@@ -1,5 +1,5 @@
-"""The Linux system calls `BeneathRootFs` makes through ctypes: `openat2` (not in the `os`
-module) and `fstatfs` (`os.statvfs` has no filesystem type).
+"""The Linux system calls `BeneathRootFs` and `_beneath` make through ctypes: `openat2` (not in
+the `os` module) and `fstatfs` (`os.statvfs` has no filesystem type).
 
 `openat2` takes a `struct open_how`; every call names the root's fd, a relative path and
 `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, plus `RESOLVE_CACHED` for

@@ -763,7 +763,15 @@ class Gateway:
             limit = min(limit, self._max_read)
             return _AdapterCall("fs", "read_bytes", (path,), {"max_bytes": limit})
         if op == "list_dir":
-            return _AdapterCall("fs", "list_dir", (path,), shape=_sorted_names)
+            # Reading the directory is allowed; of its entries, the guest learns only those
+            # it could read (a rule about `data` or `data/*.csv` is not one about every name
+            # in `data`).
+            rules = self._checker.policy.fs
+
+            def visible(names: Iterable[object]) -> object:
+                return rules.readable_entries(path, names)
+
+            return _AdapterCall("fs", "list_dir", (path,), shape=visible)
         return _AdapterCall("fs", "exists", (path,))
 
     def _fetch_call(self, decision: Allow, args: Mapping[object, object]) -> _AdapterCall:
@@ -829,10 +837,6 @@ class Gateway:
 
 def _none(_raw: object) -> object:
     return None
-
-
-def _sorted_names(names: list[str]) -> object:
-    return sorted(names)
 
 
 def _http_response(response: HttpResponse) -> object:

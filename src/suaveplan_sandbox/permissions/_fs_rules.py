@@ -9,7 +9,7 @@ the first `*`), so a check costs O(path depth), not O(rules).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -173,6 +173,7 @@ class FsRuleSet:
         "_read_cache",
         "_root_globs",
         "_rules",
+        "_subtree_heads",
         "_write_cache",
         "rules",
     )
@@ -193,6 +194,11 @@ class FsRuleSet:
         # Lowest glob index: once the best match is at or below it, no other glob can win.
         self._root_globs = "." in self._globs
         self._first_glob = min((r.index for v in globs.values() for r in v), default=-1)
+        # Rules `head*` with their one star last (`dir/*`, `*`, `dir/a*`): every path that
+        # starts with `head` matches, so a listing under such a head needs no per-name test.
+        self._subtree_heads = tuple(
+            r.pattern[:-1] for r in compiled if r.glob and r.pattern.find("*") == len(r.pattern) - 1
+        )
         # Decisions are a pure function of (rules, path, mode) and immutable, so a bounded
         # memo of recent short paths per mode is safe; guests tend to touch the same few files.
         self._read_cache: dict[str, Allow | Deny] = {}
@@ -293,6 +299,34 @@ class FsRuleSet:
                 cache.clear()
             cache[path] = decision
         return decision
+
+    def readable_entries(self, directory: str, names: Iterable[object]) -> list[str]:
+        """The `names` listed in `directory` (a normalised target, as `check` returns it) that
+        the rules let the plugin read, sorted: a listing never names an entry no rule covers.
+
+        Read access to the directory itself is the caller's check; a rule about the directory
+        (`./data`) or about some files in it (`./data/*.csv`, which also matches a directory
+        `data/x.csv`) covers only what it matches. A name that is not one plain entry (not a
+        str, empty, `.`, `..`, holding `/` or NUL, past the length limits, not UTF-8) is never
+        a path a request could name, so it is left out as well. No denial is counted: nothing
+        was requested.
+        """
+        prefix = "" if directory == "." else directory + "/"
+        # A `head*` rule covers every child of `directory` when the children's common prefix
+        # starts with `head`; the names then only need to be plain entries.
+        covered = any(prefix.startswith(head) for head in self._subtree_heads)
+        decide = self._decide
+        out: list[str] = []
+        for name in names:
+            if type(name) is not str or not name or name in {".", ".."} or "/" in name:
+                continue
+            target = prefix + name
+            if not _check_limits(target):  # NUL, or too long for any request to name
+                continue
+            if covered or type(decide(target, False)) is Allow:
+                out.append(name)
+        out.sort()
+        return out
 
     def preopens(self) -> tuple[Preopen, ...]:
         """One entry per rule: `dir/*` preopens `dir` (`*` the root). A rule naming a

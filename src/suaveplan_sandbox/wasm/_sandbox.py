@@ -60,6 +60,7 @@ from typing import Any, Final, Generic, TypeVar, final
 
 import wasmtime
 
+from suaveplan_sandbox.adapters._beneath import open_directory, openat2_available
 from suaveplan_sandbox.adapters._protocols import Adapters, AuditRecord, AuditSink
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
@@ -395,18 +396,19 @@ def open_preopens(preopens: Sequence[PreopenSpec]) -> list[int]:
     a directory reached without a symlink.
     """
     fds: list[int] = []
+    if not preopens:
+        return fds
     try:
-        for spec in preopens:
-            fd = os.open("/", _DIR_FLAGS)
-            try:
-                for part in spec.host.parts[1:]:
-                    nxt = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-                    os.close(fd)
-                    fd = nxt
-            except OSError:
-                os.close(fd)
-                raise
-            fds.append(fd)
+        # Every component from `/` down, the host's own included, is a directory reached
+        # without a link (`resolve_preopens` vetted the resolved path): `_beneath`'s walk,
+        # shared with `BeneathRootFs`, in one `openat2` where the kernel has it.
+        use_openat2 = openat2_available()
+        top = os.open("/", _DIR_FLAGS)
+        try:
+            for spec in preopens:
+                fds.append(open_directory(top, spec.host.parts[1:], use_openat2=use_openat2))
+        finally:
+            os.close(top)
     except OSError as exc:
         for fd in fds:
             os.close(fd)

@@ -380,7 +380,14 @@ def _listing(fd: int, rel: tuple[str, ...], room: list[int]) -> list[str]:
 
 
 def _package_folder(parent: int, name: str) -> int | None:
-    """A descriptor of `name` if it is a real folder (not a link) holding `__init__.py`."""
+    """A descriptor of `name` if it is a real folder (not a link) holding `__init__.py`.
+
+    Not `adapters._beneath.open_directory` (what `BeneathRootFs` and the WASM preopens share)
+    on purpose: this walk lists a tree from descriptors it already holds, so each step is one
+    name beneath its parent and one `O_NOFOLLOW` open is all of "not through a link" (no path
+    to resolve, nothing for `openat2` to save), and any failure means "not a package
+    folder", skipped rather than told apart: `_beneath` would spend an `lstat` on every plain
+    file here to name a link it is going to skip anyway."""
     try:
         fd = os.open(
             name,
