@@ -14,8 +14,10 @@ the source dataclasses `exec`s, and read back with `getattr`), the functional En
 (dunder class attributes such as `__match_args__`), `ABCMeta.register` on shared ABCs,
 `UserString.format`/`format_map` (the real `str.format` of any template),
 `enum.property`'s member redirect (a `getattr` of its `name`, which the plugin can set),
-`cached_property`'s cache store (a write of its `attrname`, likewise) and dataclasses'
-`_get_field` (a plugin `Field` subclass's `name` pasted into exec'd source).
+`cached_property`'s cache store (a write of its `attrname`, likewise), dataclasses'
+`_get_field` (a plugin `Field` subclass's `name` pasted into exec'd source), copy's
+`deepcopy` (a plugin `__deepcopy__` was handed the memo, with the copied state of foreign
+objects in it) and dataclasses' `inspect.signature` (signature text `eval`ed by name).
 They patch classes, so they run in the fork server before sealing, like the Protocol guard.
 """
 
@@ -26,6 +28,7 @@ import builtins as _b
 import collections
 import contextlib
 import copy
+import copyreg
 import ctypes
 import dataclasses
 import enum
@@ -69,6 +72,7 @@ _NT_CODES: Final = frozenset(
 )
 _NT_DATA: Final = frozenset({"_fields", "_field_defaults"})
 _TUPLEGETTER: Final = type(_NT.a)
+_NIL: Final = object()
 
 
 # Class statements being executed, innermost last, and their tokens (see `_policy`): a
@@ -448,6 +452,64 @@ def _foreign_setstate(y: object, state: object) -> object:
     return state
 
 
+def _trusted_deepcopy_hook(cls: type) -> bool:
+    """Whether `x.__deepcopy__` for an instance of `cls` is a method of a class the plugin
+    did not create, found by the ordinary lookup (no plugin `__getattribute__`/`__getattr__`
+    could have answered it instead)."""
+    mro = cls.__mro__
+    owner = _owner(mro, "__deepcopy__")
+    return (
+        owner is not None
+        and owner not in PLUGIN_CLASSES
+        and _owner(mro, "__getattribute__") not in PLUGIN_CLASSES
+        and _owner(mro, "__getattr__") not in PLUGIN_CLASSES
+    )
+
+
+def guarded_deepcopy(x: object, memo: dict[int, Any] | None = None, _nil: Any = _NIL) -> Any:
+    """copy.deepcopy (CPython 3.11-3.13), except that a `__deepcopy__` hook the plugin wrote
+    gets an empty memo of its own. The copy's memo holds the copies (and, to keep them
+    alive, the originals) of the state of everything copied so far, foreign objects' private
+    and dunder slots included: a plugin hook read a `typing.ForwardRef`'s
+    `__forward_code__` from it, a code object compiled from the plugin's own text. Only
+    `dataclasses.asdict`/`astuple` copy for the plugin, so its hooks never need the memo."""
+    d = id(x)
+    if memo is None:
+        memo = {}
+    else:
+        y = memo.get(d, _nil)
+        if y is not _nil:
+            return y
+    cls = type(x)
+    copier: Any = copy._deepcopy_dispatch.get(cls)  # type: ignore[attr-defined]
+    if copier is not None:
+        y = copier(x, memo)
+    elif issubclass(cls, _b.type):
+        y = x
+    else:
+        copier = getattr(x, "__deepcopy__", None)
+        if copier is not None:
+            y = copier(memo if _trusted_deepcopy_hook(cls) else {})
+        else:
+            reductor: Any = copyreg.dispatch_table.get(cls)
+            if reductor:
+                rv = reductor(x)
+            else:
+                reductor = getattr(x, "__reduce_ex__", None)
+                if reductor is not None:
+                    rv = reductor(4)
+                else:
+                    reductor = getattr(x, "__reduce__", None)
+                    if not reductor:
+                        raise copy.Error(f"un(deep)copyable object of type {cls}")
+                    rv = reductor()
+            y = x if isinstance(rv, str) else copy._reconstruct(x, memo, *rv)  # type: ignore[attr-defined]
+    if y is not x:
+        memo[d] = y
+        copy._keep_alive(x, memo)  # type: ignore[attr-defined]
+    return y
+
+
 def guarded_reconstruct(  # noqa: PLR0917 - copy._reconstruct's own signature
     x: object,
     memo: dict[int, object] | None,
@@ -457,7 +519,7 @@ def guarded_reconstruct(  # noqa: PLR0917 - copy._reconstruct's own signature
     listiter: Any = None,
     dictiter: Any = None,
     *,
-    deepcopy: Callable[..., Any] = copy.deepcopy,
+    deepcopy: Callable[..., Any] = guarded_deepcopy,
 ) -> object:
     """copy._reconstruct (CPython 3.11-3.13) with the state checked before it is applied:
     the state a `__reduce_ex__` returns is set on whatever its callable returned (a class,
@@ -649,6 +711,24 @@ def _checked_enum_property(get: Callable[..., object]) -> Callable[..., object]:
     return __get__
 
 
+def _no_signature_text(obj: object, *args: object, **kwargs: object) -> str:
+    return "(...)"
+
+
+def _dataclasses_inspect(real: Any) -> types.SimpleNamespace:
+    """The `inspect` dataclasses sees. It calls `inspect.signature(cls)` only to give a class
+    without a docstring a `__doc__`, and inspect turns signature text into default values by
+    `eval`ing their dotted names in `sys.modules` (a `__signature__` that is text or returns
+    text on 3.12+; `__text_signature__` of anything that looks like a method descriptor, e.g.
+    a plugin object `functools.wraps` put behind `__init__`): the plugin chose the names, and
+    the lookup error of `sys.nope` brought it the `sys` module as its `obj`. The guest never
+    reads `__doc__`; after the fork server only plugin classes are decorated here."""
+    return types.SimpleNamespace(
+        signature=_no_signature_text,
+        get_annotations=getattr(real, "get_annotations", None),  # 3.12+ reads annotations
+    )
+
+
 _STDLIB_GUARDS_INSTALLED = False
 
 
@@ -658,11 +738,16 @@ def install_stdlib_guards() -> None:
     if _STDLIB_GUARDS_INSTALLED:
         return
     copy._reconstruct = guarded_reconstruct  # type: ignore[attr-defined]
+    # The list, tuple and dict copiers take `deepcopy` as a default argument bound at import.
+    copy.deepcopy = guarded_deepcopy
+    for name in ("_deepcopy_list", "_deepcopy_tuple", "_deepcopy_dict"):
+        getattr(copy, name).__defaults__ = (guarded_deepcopy,)
     field_cls: Any = dataclasses.Field
     field_cls.__setattr__ = _write_once_field_name
     field_cls.__delattr__ = _no_field_name_delete
     dataclasses_module: Any = dataclasses
     dataclasses_module._get_field = _exact_field(dataclasses_module._get_field)
+    dataclasses_module.inspect = _dataclasses_inspect(dataclasses_module.inspect)
 
     meta: Any = enum.EnumType
     create = meta._create_

@@ -552,7 +552,7 @@ def _has_docstring(body: list[ast.stmt]) -> bool:
 def check_format_string(
     text: str, filename: str = "<runtime>", node: ast.AST | None = None
 ) -> None:
-    """Reject str.format fields that reach dunder/private attributes or index chains."""
+    """Reject str.format fields that reach dunder, private or `obj` attributes."""
     import string
 
     try:
@@ -574,7 +574,12 @@ def check_format_string(
         for sep in ".[":
             rest = rest.replace(sep, "\0")
         parts = rest.split("\0")[1:]
-        if any(norm(p).lstrip().startswith("_") or is_forbidden_attr(p) for p in parts):
+        # `obj` is private to the plugin's own objects (see OWNED_ONLY_ATTRS): a template
+        # cannot tell whose object it formats, so it may not name `obj` at all.
+        if any(
+            norm(p).lstrip().startswith("_") or is_forbidden_attr(p) or norm(p) in OWNED_ONLY_ATTRS
+            for p in parts
+        ):
             if node is None:
                 raise SuaveplanError(
                     "SAND_VM_ATTRIBUTE_FORBIDDEN", "format string names a private attribute"

@@ -468,8 +468,9 @@ def module_facade(name: str) -> Facade:
             and k not in _FACADE_EXCLUDED
             and not isinstance(v := getattr(mod, k), types.ModuleType)
             # A metaclass (enum.EnumType, typing.ABCMeta, ...) builds a class from any
-            # namespace when called with three arguments, dunders included.
-            and not (isinstance(v, _b.type) and issubclass(v, _b.type))
+            # namespace when called with three arguments, dunders included; a type `type()`
+            # refuses (`dataclasses.FunctionType` on 3.11-3.12) is no facade name either.
+            and not (isinstance(v, _b.type) and (issubclass(v, _b.type) or v in _DANGEROUS_TYPES))
         }
         if name == "io":
             content = {k: content[k] for k in ("StringIO", "BytesIO")}
