@@ -71,6 +71,11 @@ MAX_SUBSCRIPTIONS: Final = 256
 # Reachable through a module facade, these would evaluate strings or run subprocesses.
 _FACADE_EXCLUDED: Final = frozenset(
     {
+        # Command-line entry points (`base64.main`/`test`, `uuid.main` on
+        # 3.12+, `random.main` on 3.13): trusted code using the real `print`, `open`, `sys.argv`
+        # and imports on the plugin's behalf, writing to the host's stdout.
+        "main",
+        "test",
         "get_type_hints",
         "global_enum",  # writes members into sys.modules[cls.__module__] (module= is guest-chosen)
         "ForwardRef",
