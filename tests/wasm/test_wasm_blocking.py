@@ -29,6 +29,7 @@ def test_blocking_facade_runs_a_command_and_disposes_twice(root: Path) -> None:
 def test_public_names_are_pinned() -> None:
     assert wasm_pkg.__all__ == [
         "BlockingWasmSandbox",
+        "CompileLimits",
         "Errno",
         "PreopenSpec",
         "RunResult",

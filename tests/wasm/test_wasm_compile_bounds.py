@@ -7,6 +7,7 @@ compile counter shows nothing was compiled. No wall-clock time is asserted.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +16,8 @@ import wasmtime
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.wasm import CompileLimits, _engine, create_wasm_sandbox
 from suaveplan_sandbox.wasm import _compile_bounds as bounds
-from suaveplan_sandbox.wasm import _engine, create_wasm_sandbox
 from suaveplan_sandbox.wasm._instrument import NotInstrumented, Skip, instrument
 
 
@@ -113,13 +114,30 @@ def test_a_module_over_a_bound_is_refused_without_compiling(reason: str) -> None
     assert _engine.compile_count() == before
 
 
-def test_the_code_size_bound_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 64 MiB of code is too large to build in a test; the same check at a smaller bound.
-    monkeypatch.setattr(bounds, "MAX_CODE_BYTES", 1000)
-    wasm = _module([b"\x00" + b"\x41\x00\x1a" * 400 + b"\x0b"])
-    with pytest.raises(SuaveplanError) as info:
+@pytest.mark.parametrize("reason", list(CASES))
+def test_a_cached_modules_shape_is_refused_for_the_same_bound_as_its_bytes(reason: str) -> None:
+    # The module cache keeps a module's shape, not its bytes: judged under the defaults, the
+    # shape measured under bounds large enough to admit it fails as the bytes do.
+    wasm = CASES[reason]()
+    wide = CompileLimits(
+        **{f.name: 2**40 for f in dataclasses.fields(CompileLimits) if f.name.startswith("max_")}
+    )
+    shape = bounds.check_compile_bounds(wasm, wide)
+    with pytest.raises(SuaveplanError) as from_bytes:
         bounds.check_compile_bounds(wasm)
-    assert info.value.details["reason"] == "code-too-large"
+    with pytest.raises(SuaveplanError) as from_shape:
+        bounds.check_compile_shape(shape, CompileLimits())
+    assert from_shape.value.details["reason"] == from_bytes.value.details["reason"] == reason
+    assert from_shape.value.details["limit"] == from_bytes.value.details["limit"]
+
+
+def test_the_code_size_bound_is_checked() -> None:
+    # 64 MiB of code is too large to build in a test; the same check at a smaller bound.
+    wasm = _module([b"\x00" + b"\x41\x00\x1a" * 400 + b"\x0b"])
+    bounds.check_compile_bounds(wasm)
+    with pytest.raises(SuaveplanError) as info:
+        bounds.check_compile_bounds(wasm, CompileLimits(max_code_bytes=1000))
+    assert info.value.details == {"stage": "bounds", "reason": "code-too-large", "limit": 1000}
 
 
 def test_modules_at_the_bounds_are_accepted() -> None:

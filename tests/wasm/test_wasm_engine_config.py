@@ -18,7 +18,7 @@ import wasmtime
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.wasm import _engine, create_wasm_sandbox
+from suaveplan_sandbox.wasm import _engine, _engine_config, create_wasm_sandbox
 
 DISABLED = {
     "threads (shared memory)": "(module (memory 1 1 shared))",
@@ -111,11 +111,11 @@ async def test_the_toolchain_baseline_still_loads(
 
 
 def test_every_engine_setting_is_a_wasmtime_config_setting() -> None:
-    names = [name for name, _ in _engine.ENGINE_SETTINGS]
+    names = [name for name, _ in _engine_config.ENGINE_SETTINGS]
     assert len(names) == len(set(names))
     for name in names:
         assert isinstance(getattr(wasmtime.Config, name, None), property), name
-    settings = dict(_engine.ENGINE_SETTINGS)
+    settings = dict(_engine_config.ENGINE_SETTINGS)
     assert settings["parallel_compilation"] is False
     assert settings["epoch_interruption"] is True
 
@@ -128,14 +128,14 @@ def test_every_wasm_proposal_switch_of_this_wasmtime_py_is_reviewed() -> None:
         for name, value in vars(wasmtime.Config).items()
         if name.startswith("wasm_") and isinstance(value, property)
     }
-    reviewed = {name for name, _ in _engine.ENGINE_SETTINGS} | {
+    reviewed = {name for name, _ in _engine_config.ENGINE_SETTINGS} | {
         "wasm_relaxed_simd_deterministic"  # only matters with relaxed SIMD on
     }
     assert switches <= reviewed, sorted(switches - reviewed)
 
 
 def test_the_artefact_name_carries_a_hash_of_the_whole_config() -> None:
-    tag = hashlib.sha256(repr(_engine.ENGINE_SETTINGS).encode()).hexdigest()[:12]
+    tag = hashlib.sha256(repr(_engine_config.ENGINE_SETTINGS).encode()).hexdigest()[:12]
     version = importlib.metadata.version("wasmtime")
     expected = f".wasmtime-{version}-{tag}.cwasm"
     assert expected == _engine._ARTEFACT_SUFFIX

@@ -37,7 +37,7 @@ async def test_a_second_memory_is_refused_with_or_without_memory_mb(
 ) -> None:
     # Each memory alone fits the 16 MiB budget; together they are three times it. The store
     # allows one memory under memoryMb, and the engine has multi-memory off altogether (no
-    # WASI toolchain we support emits it; `_engine.ENGINE_SETTINGS`).
+    # WASI toolchain we support emits it; `_engine_config.ENGINE_SETTINGS`).
     path = wat(
         '(module (memory (export "memory") 256) (memory $b 256) (memory $c 256)'
         ' (func (export "f") (result i32) (i32.const 7)))'

@@ -2,15 +2,18 @@
 
 Theory of operation: `engine()` builds the process-wide Engine lazily with epoch interruption
 on; a daemon ticker thread bumps its epoch every `TICK_S`, so a store's epoch deadline is a
-wall-clock budget in ticks. `load_module(path)` hashes the bytes, returns the cached compiled
-module for that hash, else validates it, refuses it if compiling it could cost the host too
-much (`_compile_bounds`), rewrites it so refused `memory.grow`s are recorded (`_instrument`;
-the original is kept when it cannot be instrumented), compiles the bytes that will run, and
-optionally writes the serialized artefact, named by the sha256 of those bytes (and the
-config's hash), into the host's cache dir. `load_module_file` refuses a file
-larger than `max_bytes` before reading it; `has_start` says whether instantiating a module
-runs guest code (a start function). `check_imports` checks the import list (WASI version)
-before instantiation.
+wall-clock budget in ticks. `load_module(path, limits=...)` hashes the bytes; a module cached
+for that hash is returned if its `CompileShape` is within the caller's `CompileLimits` (the
+cache never widens a host's bounds). Otherwise it validates the bytes, refuses them if
+compiling could cost too much (`_compile_bounds`, the cheap first gate), rewrites them so
+refused `memory.grow`s are recorded (`_instrument`; the original is kept when it cannot be
+instrumented), and gets the bytes that will run compiled: from the host's disk cache when
+`cache_dir` holds an artefact named by the sha256 of those bytes (and the config's hash),
+else by the compile child (`_compile_child`, under the limits' memory and CPU caps) — the
+host never runs Cranelift on a guest's bytes. Either way the host only deserializes.
+`load_module_file` refuses a file larger than `max_bytes` before reading it; `has_start` says
+whether instantiating a module runs guest code (a start function). `check_imports` checks the
+import list (WASI version) before instantiation.
 `translate(exc)` is the only place wasmtime exceptions become coded errors.
 """
 
@@ -28,7 +31,16 @@ from typing import Final
 import wasmtime
 
 from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.wasm._compile_bounds import check_compile_bounds
+from suaveplan_sandbox.wasm._compile_bounds import (
+    DEFAULT_COMPILE_LIMITS,
+    CompileLimits,
+    CompileShape,
+    check_compile_bounds,
+    check_compile_shape,
+)
+from suaveplan_sandbox.wasm._compile_child import compile_server
+from suaveplan_sandbox.wasm._compile_wire import Refused
+from suaveplan_sandbox.wasm._engine_config import SETTINGS_TAG, engine_config
 from suaveplan_sandbox.wasm._instrument import (
     Instrumented,
     NotInstrumented,
@@ -43,50 +55,19 @@ DEFAULT_MAX_MODULE_BYTES: Final = 128 * 1024 * 1024
 SUPPORTED_WASI: Final = "wasi_snapshot_preview1"
 HOST_MODULE: Final = "suaveplan"
 UNSUPPORTED_WASI: Final = frozenset({"wasi_unstable", "wasi_snapshot_preview0", "wasi"})
-# Every wasmtime `Config` setting the engine makes, in one reviewed table (`engine()` applies
-# exactly these). Fail closed: each proposal wasmtime-py can switch is named, and only what
-# the WASI toolchains we support emit is on — the Wasm 2.0 baseline of wasi-sdk, Rust
-# (wasm32-wasip1), TinyGo and Zig: bulk memory (our C fixtures and example need it), multi-value,
-# reference types (call_indirect's table-index encoding; wasmtime 51 also crashes the process
-# validating our fixtures with it off) and SIMD. Sign-extension, non-trapping float-to-int,
-# mutable globals and extended-const have no switch: wasmtime always accepts them. Off, each
-# unreviewed: threads and shared memory (a shared memory grows outside the store's limiter);
-# tail calls, exceptions/exnref, function references, GC (GC objects live in a heap that
-# memoryMb does not count), wide arithmetic, memory64, multi-memory (memoryMb is enforced per
-# memory), relaxed SIMD (results differ between hosts), custom page sizes, stack switching
-# and the component model. `parallel_compilation` is off so compiling a new module keeps one
-# core (of the two we plan for) free for the host (docs/wasm-abi.md, Module size).
-ENGINE_SETTINGS: Final[tuple[tuple[str, bool], ...]] = (
-    ("epoch_interruption", True),
-    ("parallel_compilation", False),
-    ("wasm_bulk_memory", True),
-    ("wasm_multi_value", True),
-    ("wasm_reference_types", True),
-    ("wasm_simd", True),
-    ("shared_memory", False),
-    ("wasm_threads", False),
-    ("wasm_tail_call", False),
-    ("wasm_exceptions", False),
-    ("wasm_function_references", False),
-    ("wasm_gc", False),
-    ("wasm_wide_arithmetic", False),
-    ("wasm_memory64", False),
-    ("wasm_multi_memory", False),
-    ("wasm_relaxed_simd", False),
-    ("wasm_custom_page_sizes", False),
-    ("wasm_stack_switching", False),
-    ("wasm_component_model", False),
-    ("wasm_component_model_map", False),
-    ("wasm_component_model_implements", False),
-)
+# The engine's reviewed settings (`ENGINE_SETTINGS`) and `engine_config()` live in
+# `_engine_config`, which the compile child loads too: both engines come from the one table.
 # A serialized module is only valid for the engine (wasmtime version + config) that wrote it,
 # so the artefact name carries the version and a short hash of `ENGINE_SETTINGS`: an artefact
 # compiled under any other config (say, before a proposal was turned off) is never loaded.
-_SETTINGS_TAG: Final = hashlib.sha256(repr(ENGINE_SETTINGS).encode()).hexdigest()[:12]
+_SETTINGS_TAG: Final = SETTINGS_TAG
 _ARTEFACT_SUFFIX: Final = f".wasmtime-{_metadata.version('wasmtime')}-{_SETTINGS_TAG}.cwasm"
 
 _lock = threading.Lock()
 _modules: dict[str, wasmtime.Module] = {}
+# sha256 of a module's bytes -> its `CompileShape`, kept beside `_modules` so a cache hit is
+# judged by the asking host's bounds without the bytes.
+_shapes: dict[str, CompileShape] = {}
 # File identity -> sha256 of the bytes last read from it, so a create of an unchanged file
 # skips reading and hashing it. ctime changes on every write (and cannot be set back by the
 # writer), so a rewritten file never matches its old identity.
@@ -105,7 +86,7 @@ _starts: weakref.WeakKeyDictionary[wasmtime.Module, bool] = weakref.WeakKeyDicti
 
 class _State:
     engine: wasmtime.Engine | None = None
-    compiles = 0  # compilations this process paid; read by tests and benchmarks
+    compiles = 0  # compiles this process asked its compile child for; read by tests, benchmarks
 
 
 def compile_count() -> int:
@@ -136,18 +117,6 @@ def engine() -> wasmtime.Engine:
         return _State.engine
 
 
-def engine_config() -> wasmtime.Config:
-    """A fresh `wasmtime.Config` with exactly `ENGINE_SETTINGS` applied."""
-    config = wasmtime.Config()
-    for name, value in ENGINE_SETTINGS:
-        # A setting this wasmtime-py does not have would silently become a plain attribute
-        # (fail open): refuse to build an engine instead.
-        if not isinstance(getattr(wasmtime.Config, name, None), property):
-            raise RuntimeError(f"wasmtime.Config has no setting {name!r}")
-        setattr(config, name, value)
-    return config
-
-
 def _tick(eng: wasmtime.Engine) -> None:
     while True:
         time.sleep(TICK_S)
@@ -163,6 +132,20 @@ def translate(exc: BaseException, *, during: str) -> SuaveplanError:
             "SAND_WASM_PREOPEN_DENIED",
             "a preopen directory could not be opened",
             {"capability": "fs"},
+        )
+    if during == "compile":
+        # wasmtime could not compile bytes it validated (a limit of its own).
+        return SuaveplanError(
+            "SAND_WASM_INSTANTIATION_FAILED",
+            "the module could not be compiled",
+            {"stage": "compile", "reason": "compile-failed"},
+        )
+    if during == "deserialize":
+        # The compile child's artefact does not load here: treated as a malformed reply.
+        return SuaveplanError(
+            "SAND_WASM_INSTANTIATION_FAILED",
+            "the module could not be compiled",
+            {"stage": "compile", "reason": "compile-reply-malformed", "why": "deserialize"},
         )
     if during == "instantiate":
         return SuaveplanError(
@@ -222,10 +205,26 @@ def _too_large(size: int, max_bytes: int) -> SuaveplanError:
     )
 
 
+def _cached(digest: str | None, limits: CompileLimits) -> wasmtime.Module | None:
+    """The cached module for `digest`, if any; raises if it is over `limits`' bounds."""
+    if digest is None:
+        return None
+    with _lock:
+        module, shape = _modules.get(digest), _shapes.get(digest)
+    if module is None or shape is None:
+        return None
+    check_compile_shape(shape, limits)
+    return module
+
+
 def cached_module_file(
-    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_MODULE_BYTES
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int = DEFAULT_MAX_MODULE_BYTES,
+    limits: CompileLimits = DEFAULT_COMPILE_LIMITS,
 ) -> wasmtime.Module | None:
-    """The compiled module of an unchanged file loaded before (within `max_bytes`), else None.
+    """The compiled module of an unchanged file loaded before (within `max_bytes` and the
+    bounds of `limits`), else None.
 
     Cheap (one stat); never raises: `load_module_file` reports what is wrong.
     """
@@ -237,7 +236,10 @@ def cached_module_file(
         return None
     with _lock:
         digest = _digests.get(_file_key(st))
-        return _modules.get(digest) if digest is not None else None
+    try:
+        return _cached(digest, limits)
+    except SuaveplanError:
+        return None
 
 
 def load_module_file(
@@ -245,6 +247,7 @@ def load_module_file(
     *,
     cache_dir: Path | None = None,
     max_bytes: int = DEFAULT_MAX_MODULE_BYTES,
+    limits: CompileLimits = DEFAULT_COMPILE_LIMITS,
 ) -> wasmtime.Module:
     """`load_module` of a file's bytes; an unchanged file is neither re-read nor re-hashed.
 
@@ -259,7 +262,7 @@ def load_module_file(
         key = _file_key(st)
         with _lock:
             digest = _digests.get(key)
-            cached = _modules.get(digest) if digest is not None else None
+        cached = _cached(digest, limits)
         if cached is not None:
             return cached
         with open(path, "rb") as fh:  # noqa: PTH123 — see above
@@ -270,17 +273,18 @@ def load_module_file(
         raise SuaveplanError(
             "SAND_WASM_INSTANTIATION_FAILED", "the module file could not be read", {"stage": "read"}
         ) from exc
-    module = load_module(wasm, cache_dir=cache_dir)
+    module = load_module(wasm, cache_dir=cache_dir, limits=limits)
     with _lock:
         _digests[key] = hashlib.sha256(wasm).hexdigest()
     return module
 
 
-def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Module:
-    """Compile (or fetch from cache) the module for these bytes."""
+def load_module(
+    wasm: bytes, *, cache_dir: Path | None = None, limits: CompileLimits = DEFAULT_COMPILE_LIMITS
+) -> wasmtime.Module:
+    """Compile (or fetch from cache) the module for these bytes, within `limits`."""
     digest = hashlib.sha256(wasm).hexdigest()
-    with _lock:
-        cached = _modules.get(digest)
+    cached = _cached(digest, limits)
     if cached is not None:
         return cached
     eng = engine()
@@ -292,14 +296,15 @@ def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Modul
         wasmtime.Module.validate(eng, wasm)
     except wasmtime.WasmtimeError as exc:
         raise translate(exc, during="instantiate") from exc
-    check_compile_bounds(wasm)  # before the Python walks below and before compiling
+    # Before the Python walks below, before the disk cache and before compiling.
+    shape = check_compile_bounds(wasm, limits)
     starts = declares_start(wasm)
     outcome = instrument(wasm)
     source = wasm
     if isinstance(outcome, Instrumented):
         source = outcome.wasm
     try:
-        module = _compile(eng, source, cache_dir)
+        module = _compile(eng, source, cache_dir, limits)
     except wasmtime.WasmtimeError as exc:
         if source is wasm:
             raise translate(exc, during="instantiate") from exc
@@ -307,19 +312,25 @@ def load_module(wasm: bytes, *, cache_dir: Path | None = None) -> wasmtime.Modul
         # run the original, judged by inference.
         outcome = NotInstrumented(reason=Skip.REJECTED, detail="the rewritten module")
         try:
-            module = _compile(eng, wasm, cache_dir)
+            module = _compile(eng, wasm, cache_dir, limits)
         except wasmtime.WasmtimeError as again:  # pragma: no cover — it validated above
             raise translate(again, during="instantiate") from again
     with _lock:
         module = _modules.setdefault(digest, module)
+        _shapes[digest] = shape
         _grow.setdefault(module, outcome)
         _starts.setdefault(module, starts)
         return module
 
 
-def _compile(eng: wasmtime.Engine, source: bytes, cache_dir: Path | None) -> wasmtime.Module:
-    """`source` compiled (or read back from the disk cache); raises wasmtime's error."""
-    module: wasmtime.Module | None = None
+def _compile(
+    eng: wasmtime.Engine, source: bytes, cache_dir: Path | None, limits: CompileLimits
+) -> wasmtime.Module:
+    """`source` read back from the disk cache, else compiled by the compile child.
+
+    Raises wasmtime's error when wasmtime refuses `source` (invalid bytes), and the coded
+    `details.stage="compile"` errors when the compile fails or its child dies.
+    """
     artefact = None
     if cache_dir is not None:
         artefact = cache_dir / (hashlib.sha256(source).hexdigest() + _ARTEFACT_SUFFIX)
@@ -329,19 +340,36 @@ def _compile(eng: wasmtime.Engine, source: bytes, cache_dir: Path | None) -> was
         # the sha256 of the bytes it compiled); never point cache_dir at a location a plugin
         # or another user can write.
         try:
-            module = wasmtime.Module.deserialize(eng, artefact.read_bytes())
+            return wasmtime.Module.deserialize(eng, artefact.read_bytes())
         except (wasmtime.WasmtimeError, OSError):
-            module = None
-    if module is None:
-        module = wasmtime.Module(eng, source)
-        with _lock:
-            _State.compiles += 1
-        if artefact is not None:
-            try:
-                artefact.parent.mkdir(parents=True, exist_ok=True)
-                tmp = artefact.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_bytes(bytes(module.serialize()))
-                tmp.replace(artefact)
-            except OSError:
-                pass
+            pass
+    reply = compile_server().compile(
+        source, memory_bytes=limits.memory_bytes, cpu_seconds=limits.cpu_seconds
+    )
+    if isinstance(reply, Refused):
+        refusal = wasmtime.WasmtimeError(reply.message)  # wasmtime's own reason, relayed
+        if not reply.valid:
+            raise refusal
+        raise translate(refusal, during="compile") from refusal
+    # SECURITY: the same trust as the disk cache above, for the same reason: these bytes are
+    # the host's own compile of `source`. They come from the compile child — the host's own
+    # interpreter running our code, which built its engine from `engine_config()` and said
+    # so before its first compile — over a socketpair no other process holds, tagged with the
+    # sha256 of `source`; the child only moves where the compiler runs. (A compiler bug a
+    # module could exploit would control these bytes as surely as an in-process compile's.)
+    try:
+        module = wasmtime.Module.deserialize(eng, reply.artefact)
+    except wasmtime.WasmtimeError as exc:
+        compile_server().close()
+        raise translate(exc, during="deserialize") from exc
+    with _lock:
+        _State.compiles += 1
+    if artefact is not None:
+        try:
+            artefact.parent.mkdir(parents=True, exist_ok=True)
+            tmp = artefact.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(reply.artefact)
+            tmp.replace(artefact)
+        except OSError:
+            pass
     return module

@@ -34,7 +34,8 @@ store, instance and sockets, and closes the preopen descriptors by dropping the 
 A module's start function is guest code like any export: it runs on the guest thread under
 the call's budgets (create awaits it there; a run arms its budgets before instantiating), so
 it can neither hold the event loop nor outlive wallClockMs. A new module is read and
-compiled off the loop too (`max_module_bytes` bounds the file). `run` keeps at most
+compiled off the loop too (`max_module_bytes` bounds the file, `compile_limits` the compile,
+which runs in the compile child). `run` keeps at most
 `max_output_bytes` of stdout and of stderr (`_output`), and the WASI calls that could hold
 host resources past a budget — sleeping in `poll_oneoff`, descriptors from `path_open` —
 are the host's own (`_wasi_guard`).
@@ -74,6 +75,7 @@ from suaveplan_sandbox.permissions import (
 )
 from suaveplan_sandbox.permissions._clock import Clock
 from suaveplan_sandbox.wasm import _engine
+from suaveplan_sandbox.wasm._compile_bounds import DEFAULT_COMPILE_LIMITS, CompileLimits
 from suaveplan_sandbox.wasm._cpu import CallWatch, CpuWatcher
 from suaveplan_sandbox.wasm._errno import Errno
 from suaveplan_sandbox.wasm._instrument import REFUSALS_EXPORT, REFUSED_PAGES_EXPORT, Instrumented
@@ -1207,6 +1209,7 @@ async def create_wasm_sandbox(
     cache_dir: str | Path | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     max_module_bytes: int = _engine.DEFAULT_MAX_MODULE_BYTES,
+    compile_limits: CompileLimits = DEFAULT_COMPILE_LIMITS,
     redact: Iterable[str] = (),
 ) -> WasmSandbox:
     """Compile (cached) and instantiate the module under `policy`. See docs/wasm-abi.md.
@@ -1215,14 +1218,25 @@ async def create_wasm_sandbox(
     stderr (`RunResult.stdout_truncated` / `stderr_truncated`); an `int` >= 0.
     `max_module_bytes`: a larger module file is refused before it is read
     (`SAND_WASM_INSTANTIATION_FAILED`, `details.stage="read"`); an `int` >= 1.
+    `compile_limits` (a `CompileLimits`): the header bounds a module must be within, cached or
+    not (`details.stage="bounds"`), and the memory and CPU its compile may use in the compile
+    child (`details.stage="compile"`).
     `redact` (an iterable of str): credentials the host holds itself, kept out of every
     diagnostic (`Gateway`'s `redact=`).
     """
     byte_limit(max_output_bytes, argument="max_output_bytes", minimum=0)
     byte_limit(max_module_bytes, argument="max_module_bytes", minimum=1)
+    if type(compile_limits) is not CompileLimits:
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "compile_limits must be a CompileLimits",
+            {"argument": "compile_limits"},
+        )
     sink: MetricsSink = metrics if metrics is not None else InMemoryMetrics()
     checker = PermissionChecker(policy, plugin=plugin_name, metrics=sink)
-    module = _engine.cached_module_file(wasm_module_path, max_bytes=max_module_bytes)
+    module = _engine.cached_module_file(
+        wasm_module_path, max_bytes=max_module_bytes, limits=compile_limits
+    )
     if module is None:
         # A first load reads, rewrites (pure Python, ~0.4 s per MB) and compiles bytes the
         # plugin's author chose: never on the event loop.
@@ -1231,6 +1245,7 @@ async def create_wasm_sandbox(
             wasm_module_path,
             cache_dir=Path(cache_dir) if cache_dir is not None else None,
             max_bytes=max_module_bytes,
+            limits=compile_limits,
         )
     imports_wasi = _engine.check_imports(module)
     preopens = resolve_preopens(policy, checker)

@@ -1,0 +1,345 @@
+"""Host side of the compile child: compile untrusted modules in a process of their own.
+
+Theory of operation. Cranelift's cost is not bounded by a module's size (`_compile_bounds`
+only caps the amplifiers we know), and an allocation that fails inside it aborts the process
+that runs it. So the host never compiles a guest's module itself: `compile_server()` is one
+long-lived child per host process, started on first need and reused, so a create pays a
+socket round trip, not an interpreter start. The child is the host's own interpreter
+(`sys.executable`, spawned with fork+exec by `subprocess` — never a bare fork of the
+possibly multi-threaded host, never a `python3` found on PATH), in isolated mode with an empty
+environment, no stdio, a session of its own, and only `_compile_child_main` and the leaf
+modules it needs loaded (`_compile_wire`, `_engine_config`, wasmtime). It builds its engine
+from `engine_config()` and announces `SETTINGS_TAG` and its wasmtime; the host refuses a child
+that differs (its artefacts would not load here, or worse, would mean something else).
+
+A request is one COMPILE frame (`_compile_wire`) carrying the module and the create's
+`CompileLimits.memory_bytes` / `cpu_seconds`, which the child applies as soft RLIMIT_AS /
+RLIMIT_CPU around that compile alone. One request is in flight at a time (`_lock`), so
+concurrent creates never interleave frames; the host waits at most `WALL_FACTOR` times
+`cpu_seconds` plus `WALL_SLACK_S` of wall-clock time (a stopped or starved child) and reads a
+reply only after checking its header: an expected kind, a length within the compile's memory
+cap, and for an artefact the sha256 of the bytes it sent.
+
+Lifecycle of the child, per request:
+
+| what happens                                   | the caller gets               | child   |
+|------------------------------------------------|-------------------------------|---------|
+| COMPILED                                       | `Compiled` (artefact)         | kept    |
+| REFUSED / FAILED (wasmtime's own answer)       | `Refused`                     | kept    |
+| found dead, or the send fails                  | retried once on a fresh child | restart |
+| EOF, the child ended by a signal (SIGABRT on a | `compile-resources`           | restart |
+| failed allocation, SIGXCPU, SIGKILL, the OOM   |                               |         |
+| killer) or out of memory in Python             |                               |         |
+| EOF, the child exited otherwise                | `compile-child-failed`        | restart |
+| no reply in time                               | `compile-timeout`             | killed  |
+| a malformed reply                              | `compile-reply-malformed`     | killed  |
+| cannot start, or differs from the host         | `compile-child-unavailable`   | killed  |
+
+Every failure is `SAND_WASM_INSTANTIATION_FAILED` with `details.stage="compile"` and
+`details.reason` as above (plus `signal` or `exit` when the child died); the next request
+starts a fresh child. The host process itself never runs Cranelift on a guest's bytes.
+
+The child is a resource boundary, not a security one: it runs as the host's user without
+seccomp. A compiler bug that a module could exploit would control the child and, through the
+artefact it returns, code the host runs — exactly as it would compiling in-process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Final, final
+
+import wasmtime
+
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.wasm._compile_child_main import EXIT_OUT_OF_MEMORY
+from suaveplan_sandbox.wasm._compile_wire import (
+    DIGEST_BYTES,
+    HEADER,
+    MAX_PAYLOAD,
+    MAX_TEXT_BYTES,
+    READY,
+    REPLIES,
+    Compiled,
+    MalformedFrame,
+    Refused,
+    encode_compile_head,
+    parse_header,
+    parse_ready,
+    parse_reply,
+)
+from suaveplan_sandbox.wasm._engine_config import SETTINGS_TAG
+
+# The host waits for a reply at most WALL_FACTOR times the compile's CPU seconds plus
+# WALL_SLACK_S: the CPU limit ends a busy child; this ends the wait on a stopped or starved one.
+WALL_FACTOR: Final = 4
+WALL_SLACK_S: Final = 10.0
+# How long a new child may take to import wasmtime and say READY (≈ 0.05 s when idle).
+READY_TIMEOUT_S: Final = 30.0
+
+# Run by the child (`python -I -S -c`): argv[1] is its socket, argv[2] says where the package
+# and wasmtime live. The package and `wasm` are stand-in modules so that importing
+# `_compile_child_main` runs neither `__init__` (they load the whole host side).
+_BOOTSTRAP: Final = (
+    "import json, sys, types\n"
+    "where = json.loads(sys.argv[2])\n"
+    "for name, path in where['packages']:\n"
+    "    module = types.ModuleType(name)\n"
+    "    module.__path__ = [path]\n"
+    "    sys.modules[name] = module\n"
+    "sys.path[:0] = where['path']\n"
+    "from suaveplan_sandbox.wasm._compile_child_main import main\n"
+    "main(int(sys.argv[1]))\n"
+)
+_NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)  # a dead child must not SIGPIPE the host
+
+
+def _failed(
+    reason: str, cause: BaseException | None = None, **details: WireValue
+) -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_WASM_INSTANTIATION_FAILED",
+        "the module could not be compiled",
+        {"stage": "compile", "reason": reason, **details},
+        cause,
+    )
+
+
+class _Eof(Exception):
+    pass
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise _Eof
+        got += k
+    return buf
+
+
+def _send_all(sock: socket.socket, data: bytes, deadline: float) -> None:
+    view = memoryview(data)
+    while view:
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        view = view[sock.send(view, _NOSIGNAL) :]
+
+
+def _interpreter() -> str:
+    exe = sys.executable
+    if not exe or not Path(exe).is_absolute() or not os.access(exe, os.X_OK):
+        raise _failed("compile-child-unavailable", why="no-interpreter")
+    return exe
+
+
+def _where() -> str:
+    package = Path(__file__).resolve().parent.parent
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    return json.dumps(
+        {
+            "packages": [
+                ["suaveplan_sandbox", str(package)],
+                ["suaveplan_sandbox.wasm", str(package / "wasm")],
+            ],
+            "path": paths,
+        }
+    )
+
+
+@final
+class CompileServer:
+    """A compile child and the socket to it; see the module docstring."""
+
+    def __init__(self, *, bootstrap: str = _BOOTSTRAP) -> None:
+        # `bootstrap` is the child's program: tests swap in a forged child.
+        self._bootstrap = bootstrap
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._owner = os.getpid()
+        self.starts = 0  # children started
+        self.requests = 0  # requests that reached a child
+        self.busy_pid: int | None = None  # the child compiling right now, if any
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def compile(self, source: bytes, *, memory_bytes: int, cpu_seconds: int) -> Compiled | Refused:
+        """Compile `source` in the child under these limits; raises the coded failures."""
+        head = encode_compile_head(len(source), memory_bytes=memory_bytes, cpu_seconds=cpu_seconds)
+        if len(source) > MAX_PAYLOAD - len(head):
+            raise _failed("compile-request-too-large")
+        max_reply = min(DIGEST_BYTES + max(memory_bytes, MAX_TEXT_BYTES), MAX_PAYLOAD)
+        with self._lock:
+            deadline = time.monotonic() + WALL_FACTOR * cpu_seconds + WALL_SLACK_S
+            for attempt in (1, 2):
+                sock, proc = self._ensure()
+                try:
+                    _send_all(sock, head, deadline)
+                    _send_all(sock, source, deadline)
+                    break
+                except TimeoutError as exc:
+                    self._stop()
+                    raise _failed("compile-timeout", exc) from exc
+                except OSError as exc:
+                    # The child died before it took the request (it was not compiling it):
+                    # a fresh one may.
+                    self._stop()
+                    if attempt == 2:
+                        raise _failed("compile-child-unavailable", exc, why="send") from exc
+                except BaseException:
+                    self._stop()  # interrupted mid-frame: the stream's position is lost
+                    raise
+            self.requests += 1
+            self.busy_pid = proc.pid
+            try:
+                return self._receive(sock, source, deadline, max_reply)
+            finally:
+                self.busy_pid = None
+
+    def close(self) -> None:
+        """Stop the child (the next request starts another); idempotent."""
+        with self._lock:
+            self._stop()
+
+    def _receive(
+        self, sock: socket.socket, source: bytes, deadline: float, max_reply: int
+    ) -> Compiled | Refused:
+        try:
+            kind, length = parse_header(
+                bytes(_recv_exact(sock, HEADER.size, deadline)),
+                expect=REPLIES,
+                max_payload=max_reply,
+            )
+            return parse_reply(kind, _recv_exact(sock, length, deadline), source=source)
+        except MalformedFrame as exc:
+            self._stop()
+            raise _failed("compile-reply-malformed", exc, why=exc.why) from exc
+        except TimeoutError as exc:
+            self._stop()
+            raise _failed("compile-timeout", exc) from exc
+        except (_Eof, OSError) as exc:
+            status = self._stop(wait=True)
+            reason = "compile-resources" if "signal" in status else "compile-child-failed"
+            if status.get("exit") == EXIT_OUT_OF_MEMORY:
+                reason = "compile-resources"
+            raise _failed(reason, exc if isinstance(exc, OSError) else None, **status) from exc
+        except BaseException:
+            # Interrupted mid-frame (say, KeyboardInterrupt): the stream's position is lost.
+            self._stop()
+            raise
+
+    def _ensure(self) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+        if self._owner != os.getpid():  # a fork of the host: the child is the parent's
+            if self._sock is not None:
+                self._sock.close()
+            self._sock = self._proc = None
+            self._owner = os.getpid()
+        if self._sock is not None and self._proc is not None and self._proc.poll() is None:
+            return self._sock, self._proc
+        self._stop()
+        return self._start()
+
+    def _start(self) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen(  # noqa: S603 — fixed argv, the host's own interpreter
+                [_interpreter(), "-I", "-S", "-c", self._bootstrap, str(child.fileno()), _where()],
+                env={},
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                # wasmtime reports a failed allocation on stderr before it aborts: a guest's
+                # module must not write into the host's logs.
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                start_new_session=True,
+            )
+        except (OSError, SuaveplanError) as exc:
+            host.close()
+            if isinstance(exc, SuaveplanError):
+                raise
+            raise _failed("compile-child-unavailable", exc, why="spawn") from exc
+        finally:
+            child.close()
+        self._proc, self._sock = proc, host
+        self.starts += 1
+        try:
+            head = _recv_exact(host, HEADER.size, time.monotonic() + READY_TIMEOUT_S)
+            _, length = parse_header(
+                bytes(head), expect=frozenset({READY}), max_payload=MAX_TEXT_BYTES
+            )
+            ready = parse_ready(_recv_exact(host, length, time.monotonic() + READY_TIMEOUT_S))
+        except (MalformedFrame, _Eof, OSError) as exc:
+            self._stop()
+            raise _failed("compile-child-unavailable", exc, why="ready") from exc
+        if ready.settings != SETTINGS_TAG or ready.wasmtime != wasmtime.__file__:
+            self._stop()
+            raise _failed("compile-child-unavailable", why="engine-mismatch")
+        return host, proc
+
+    def _stop(self, *, wait: bool = False) -> dict[str, WireValue]:
+        """Close the socket and end the child; how it ended, if it ended on its own.
+
+        `wait`: the child closed its end (it is exiting), so give it a moment to say how it
+        ended before killing it; otherwise it is killed at once.
+        """
+        sock, proc = self._sock, self._proc
+        self._sock = self._proc = None
+        if sock is not None:
+            sock.close()
+        if proc is None:
+            return {}
+        try:
+            code = proc.wait(timeout=1.0 if wait else 0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait()
+            return {}
+        if code < 0:
+            try:
+                return {"signal": signal.Signals(-code).name}
+            except ValueError:
+                return {"signal": -code}
+        return {"exit": code}
+
+
+class _Shared:
+    server: CompileServer | None = None
+    lock = threading.Lock()
+
+
+def compile_server() -> CompileServer:
+    """This process's compile server (its child starts at the first compile)."""
+    with _Shared.lock:
+        if _Shared.server is None:
+            _Shared.server = CompileServer()
+            atexit.register(_Shared.server.close)
+        return _Shared.server
+
+
+def _forget_after_fork() -> None:
+    # A forked host must not share its parent's child (frames would interleave) nor a lock
+    # another thread held at the fork.
+    _Shared.server = None
+    _Shared.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
