@@ -230,3 +230,25 @@ def _has_unnamed_index(placeholders: list[str]) -> bool:
         named.add(index)
         top = max(top, index)
     return named != set(range(1, top + 1))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        2**63,  # msgpack carries unsigned 64-bit ints; SQLite's INTEGER is signed
+        2**64 - 1,
+        -(2**63) - 1,
+        "\ud800",  # a lone surrogate has no UTF-8 form
+    ],
+)
+@pytest.mark.parametrize("sql", ["SELECT ?", "INSERT INTO p_t (a) VALUES (?) RETURNING a"])
+async def test_a_value_sqlite_cannot_bind_is_a_coded_refusal_and_writes_nothing(
+    db: SqliteDb, value: int | str, sql: str
+) -> None:
+    # It raised OverflowError / UnicodeEncodeError, past the adapter's translation.
+    with pytest.raises(SuaveplanError) as info:
+        await db.query(sql, [value])
+    assert info.value.code == "SAND_DB_ERROR"
+    assert info.value.details == {"reason": "parameter-invalid"}
+    assert (await db.query("SELECT count(*) FROM p_t", [])).rows == ((0,),)
+    await db.query("INSERT INTO p_t (a) VALUES (?) RETURNING a", [2**63 - 1])

@@ -20,7 +20,9 @@ identity` and `User-Agent` unless the plugin set those, `Content-Length`, and a 
 connection (`Host`, `Content-Length`, `Transfer-Encoding`, `Connection`, ...) belong to the
 host: a plugin that sets one, or a header that is not a token with a printable-ASCII value,
 is refused before any lookup. Bodies are never decompressed; the byte limit is on the bytes
-delivered to the plugin.
+delivered to the plugin. A response header holding a control character (C0 but tab, DEL,
+or a byte 0x80-0x9F, which the plugin's one-character-per-byte view would make a C1
+control) fails the request whole: dropping or rewriting it would change the response.
 
 What a response makes the host read and parse is bounded too, not only its body: every read
 goes through `_MeteredStream`, which charges the bytes to the response being read in the
@@ -153,6 +155,11 @@ def _refused() -> SuaveplanError:
 # refused here rather than left to the HTTP library, which would raise unmapped errors.
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
+# A response header byte the plugin never receives: C0 controls but HT, DEL, and 0x80-0x9F,
+# which the isomorphic (Latin-1) decoding the plugin gets would turn into C1 controls (a
+# UTF-8 encoded NEL, LINE or PARAGRAPH SEPARATOR always holds one). CR, LF and NUL are a
+# protocol violation that h11 already refuses; the rest RFC 9110 calls invalid too.
+_RESPONSE_FIELD_REFUSED: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 # Headers that frame the message or manage the connection: the host writes them. A plugin's
 # `Transfer-Encoding` beside the host's `Content-Length` is a request-smuggling pair; a second
 # `Host` addresses another virtual host on the granted address.
@@ -215,6 +222,19 @@ def _request_headers(headers: Iterable[object]) -> list[tuple[str, str]]:
             raise _header_refused("header-not-permitted")
         out.append((name, value.strip(" \t")))
     return out
+
+
+def _check_response_headers(headers: Sequence[tuple[bytes, bytes]]) -> None:
+    """Refuse a response whose header names or values hold a control character: refused
+    whole rather than a header dropped or rewritten, which would change its meaning."""
+    search = _RESPONSE_FIELD_REFUSED.search
+    for name, value in headers:
+        if search(name) is not None or search(value) is not None:
+            raise SuaveplanError(
+                "SAND_FETCH_FAILED",
+                "the response carries a header with a control character",
+                {"reason": "response-header-invalid"},
+            )
 
 
 def _without(headers: Sequence[tuple[str, str]], names: frozenset[str]) -> list[tuple[str, str]]:
@@ -528,6 +548,7 @@ class HttpxFetch:
             try:
                 if len(response.headers) > self._max_headers:
                     raise SuaveplanError("SAND_FETCH_TOO_LARGE", "too many response headers")
+                _check_response_headers(response.headers)
                 location = next((v for k, v in response.headers if k.lower() == b"location"), None)
                 if response.status in _REDIRECTS and location is not None:
                     if not self._follow or hop == self._max_redirects:

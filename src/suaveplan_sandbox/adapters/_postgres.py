@@ -21,6 +21,10 @@ create outside its own; before commit, any relation in the schema without the pr
 migration back. A plugin's runtime credentials therefore cannot read another plugin's table even
 on a raw connection, and cannot run DDL at all.
 
+Every session here reads literals as the gate does (`standard_conforming_strings = on`,
+whatever the server says) and runs each checked statement alone on the extended protocol, so
+a text the gate read as one statement is one statement to PostgreSQL.
+
 Disk. PostgreSQL bounds a session's temporary files (sorts, hashes, materialised CTEs that
 outgrow `work_mem`) with `temp_file_limit`, a superuser-only setting: the runtime role can
 neither set nor raise it, so `provision_postgres_plugin` sets it on that role (`ALTER ROLE
@@ -54,7 +58,7 @@ from suaveplan_sandbox.adapters._sqlite import (
 )
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._decision import Allow, Deny
-from suaveplan_sandbox.permissions._sql_gate import SqlGate
+from suaveplan_sandbox.permissions._sql_gate import MAX_POSTGRES_PATTERN, SqlGate
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,40}")
 _PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,30}")
@@ -288,10 +292,16 @@ async def _run_one(
     """One migration inside the caller's transaction: as the owner role, in the plugin schema."""
     from psycopg import sql
 
+    # The gate read (and rendered) string literals as PostgreSQL reads them with this on.
+    # Off (a server, database or role setting), a backslash escapes a quote, and a migration
+    # the gate read as one statement ran `RESET ROLE` and then anything as the admin.
+    await conn.execute("SET LOCAL standard_conforming_strings TO on")
     await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(owner)))
     await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(role)))
     for statement in statements:
-        await conn.execute(statement)
+        # `binary=True` takes the extended protocol, which runs exactly one statement: a text
+        # without parameters would otherwise go over the simple protocol, which runs all.
+        await conn.execute(statement, binary=True)
     await conn.execute("RESET ROLE")
     relations = await (
         await conn.execute(
@@ -473,6 +483,10 @@ class PostgresDb:
                     await conn.execute(
                         sql.SQL("SET statement_timeout = {}").format(sql.Literal(self._timeout_ms))
                     )
+                    # The gate reads string literals as PostgreSQL does with this on; a
+                    # server, database or role setting it off would make a backslash escape
+                    # a quote, and text the gate took for a literal would run as code.
+                    await conn.execute("SET standard_conforming_strings = on")
                 except BaseException:
                     await conn.close()
                     raise
@@ -541,7 +555,9 @@ class PostgresDb:
         returns_rows, writes = self._shape(sql)
         cur = conn.cursor()
         if not returns_rows:
-            await cur.execute(sql, params)
+            # One statement whatever PostgreSQL reads: see `_run_one` (rows are streamed,
+            # which takes the extended protocol already).
+            await cur.execute(sql, params, binary=True)
             return QueryResult(rowcount=cur.rowcount)
         if writes:
             async with conn.transaction():
@@ -563,7 +579,7 @@ class PostgresDb:
         # The checked statement as a subquery, run by the plugin's own role like the statement.
         probe = f"SELECT * FROM (\n{body}\n) AS _described LIMIT 0"  # noqa: S608 — see above
         try:
-            cur = await conn.execute(probe, params)
+            cur = await conn.execute(probe, params, binary=True)
         except psycopg.Error:
             return ()
         return tuple(d.name for d in cur.description or ())
@@ -618,4 +634,15 @@ class PostgresDb:
                 "the statement psycopg would send (placeholders as $n) is not permitted",
                 {"reason": "placeholder-changes-statement"},
             )
+        # A LIKE pattern or a strpos/replace/split_part needle runs in a loop no timeout
+        # interrupts, for the text's length times its own: the gate lets it be built only of
+        # short literals and parameters, and those parameters are bounded here.
+        for number in self._gate.bounded_parameters(sent):
+            value = params[number - 1] if 0 < number <= len(params) else None
+            if isinstance(value, str | bytes) and len(value) > MAX_POSTGRES_PATTERN:
+                raise SuaveplanError(
+                    "SAND_DB_ERROR",
+                    "a pattern or search string is longer than the adapter allows",
+                    {"reason": "pattern-too-long", "limit": MAX_POSTGRES_PATTERN},
+                )
         return await self._execute(sql, params)

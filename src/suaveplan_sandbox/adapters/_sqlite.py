@@ -2,7 +2,8 @@
 
 The gate (`SqlGate.check_query`) decides on the parsed SQL; the authorizer enforces the same
 rule inside SQLite on what the engine actually touches, so a parser differential cannot reach
-an out-of-scope table: any table without the prefix, `sqlite_*` schema tables, ATTACH,
+an out-of-scope table: any table without the prefix, any under a reserved prefix
+(`RESERVED_TABLE_PREFIXES`: SQLite's own `sqlite_*` tables, `pg_*`), ATTACH,
 DETACH, PRAGMA, DDL at runtime and functions outside `SQLITE_SAFE_FUNCTIONS` are refused.
 `apply_migrations` runs host-side with a wider (still prefix-only) authorizer.
 
@@ -56,6 +57,7 @@ from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._clock import Clock, MonotonicClock
 from suaveplan_sandbox.permissions._decision import Deny
 from suaveplan_sandbox.permissions._sql_gate import SQLITE_SAFE_FUNCTIONS, SqlGate
+from suaveplan_sandbox.permissions._table_names import RESERVED_TABLE_PREFIXES
 
 MIGRATIONS_TABLE: Final = "_suaveplan_migrations"
 
@@ -183,7 +185,7 @@ class SqliteDb:
             (max_statement_write_bytes, "max_statement_write_bytes"),
         ):
             positive_int_limit(value, name, "SqliteDb")
-        self._prefix = plugin_prefix.lower()
+        self._prefix = plugin_prefix.translate(_ASCII_LOWER)
         self._gate = SqlGate(plugin_prefix, dialect="sqlite")
         self._timeout = float(statement_timeout)
         self._max_rows = max_result_rows
@@ -372,13 +374,14 @@ class SqliteDb:
     # -- authorizer -------------------------------------------------------------------------
 
     def _in_scope(self, name: str | None) -> bool:
-        # `sqlite_` is a valid tablePrefix, but SQLite reserves the name for its own tables
-        # (no plugin table can have it): under that prefix the engine-side rule would grant
-        # exactly `sqlite_master`, `sqlite_sequence` and the like, and nothing of the plugin's.
+        # The engines' reserved prefixes are never a plugin's, whatever prefix it was given
+        # (the gate's rule, from the same constant): under `sqlite_` the engine-side rule
+        # would grant exactly `sqlite_master`, `sqlite_sequence` and the like.
         if name is None:
             return False
-        lowered = name.lower()
-        return lowered.startswith(self._prefix) and not lowered.startswith("sqlite_")
+        # SQLite folds ASCII only: `str.lower()` would make U+212A (KELVIN SIGN) a `k`.
+        lowered = name.translate(_ASCII_LOWER)
+        return lowered.startswith(self._prefix) and not lowered.startswith(RESERVED_TABLE_PREFIXES)
 
     def _authorize(
         self, action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None
@@ -434,7 +437,9 @@ class SqliteDb:
         finally:
             self._conn.set_authorizer(self._authorize)
         schema = {str(row[0]).translate(_ASCII_LOWER) for row in rows}
-        return frozenset(n for n in ctes if n not in schema and not n.startswith("sqlite_"))
+        return frozenset(
+            n for n in ctes if n not in schema and not n.startswith(RESERVED_TABLE_PREFIXES)
+        )
 
     # -- runtime queries --------------------------------------------------------------------
 
@@ -528,6 +533,15 @@ class SqliteDb:
                 self._cte_reads = frozenset()
         except sqlite3.Error as exc:
             raise self._refusal(exc, run) from None
+        except (OverflowError, UnicodeEncodeError) as exc:
+            # A value sqlite3 cannot bind (an int outside SQLite's signed 64 bits, which
+            # msgpack carries; a str with a lone surrogate). Nothing ran. No cause: a
+            # UnicodeEncodeError holds the whole value.
+            raise SuaveplanError(
+                "SAND_DB_ERROR",
+                f"a parameter cannot be bound ({type(exc).__name__})",
+                {"reason": "parameter-invalid"},
+            ) from None
         except DeprecationWarning as exc:
             # Raised, not shown, only in a host run with warnings as errors: sqlite3 (3.12,
             # 3.13) binding a list to named placeholders, which `ParameterNames` avoids
@@ -606,10 +620,12 @@ class SqliteDb:
                     "a migration contains a statement outside the plugin's prefix",
                     {"migration": file.name},
                 )
+            # Split before BEGIN: nothing that fails here may leave the transaction open.
+            statements = _split_statements(sql)
             self._conn.execute("BEGIN")
             try:
                 with self._running(run):
-                    for statement in _split_statements(sql):
+                    for statement in statements:
                         self._conn.execute(statement)
                     self._conn.execute(
                         "INSERT INTO _suaveplan_migrations (plugin, name, version) "

@@ -42,7 +42,7 @@ _COMMON_FUNCTIONS: Final = frozenset(
         "coalesce", "nullif",
         # strings
         "lower", "upper", "length", "substr", "substring", "trim", "ltrim", "rtrim", "replace",
-        "concat", "concat_ws", "reverse", "format",
+        "concat", "concat_ws", "reverse",
         # math
         "abs", "round", "ceil", "ceiling", "floor", "sign", "sqrt", "pow", "power", "exp",
         "ln", "log", "mod", "random",
@@ -55,8 +55,10 @@ SQLITE_SAFE_FUNCTIONS: Final[frozenset[str]] = _COMMON_FUNCTIONS | frozenset(
      "unixepoch", "timediff", "json", "json_extract", "json_array", "json_object", "json_type",
      "json_valid", "json_quote", "json_array_length", "json_group_array",
      "json_group_object", "typeof", "randomblob", "zeroblob", "changes", "last_insert_rowid",
-     "like", "glob", "likelihood", "likely", "unlikely", "octet_length", "->", "->>"}
+     "like", "glob", "likelihood", "likely", "unlikely", "octet_length", "->", "->>", "format"}
 )  # fmt: skip
+# Not `format` on PostgreSQL: its width (`%1000000000s`, or `%*s` from an argument) pads in
+# one loop that no statement timeout interrupts (1 GB and 7 s past a 100 ms timeout).
 POSTGRES_SAFE_FUNCTIONS: Final[frozenset[str]] = _COMMON_FUNCTIONS | frozenset(
     {"string_agg", "array_agg", "bool_and", "bool_or", "greatest", "least", "now",
      "date_trunc", "extract", "to_char", "lpad", "rpad", "left", "right", "btrim",
@@ -88,6 +90,51 @@ _POSTGRES_USER_TYPES: Final = frozenset(
     {"cidr", "macaddr", "macaddr8", "varbit", "tsvector", "tsquery", "jsonpath", "line",
      "box", "path", "polygon", "circle"}
 )  # fmt: skip
+
+# PostgreSQL's `btrim`/`ltrim`/`rtrim`/`trim(... FROM ...)` scan the set of characters once
+# per character trimmed, in a loop no statement timeout interrupts (two 200,000-character
+# values: 167 s past a 100 ms timeout): the set must be a string literal this short.
+MAX_POSTGRES_TRIM_SET: Final = 32
+# The same for LIKE/ILIKE (the pattern) and `strpos`/`position`/`replace`/`split_part` (the
+# needle): the time is the text's length times this operand's (a 200,000-character pattern,
+# 78 s past a 100 ms timeout). The operand must be built of string literals, at most this
+# many characters in all, and parameters, which `PostgresDb` bounds to this length too
+# (`SqlGate.bounded_parameters`). SQLite limits LIKE patterns itself (1,000 bytes).
+MAX_POSTGRES_PATTERN: Final = 1000
+# Node type -> the argument whose length multiplies its cost (see above).
+_POSTGRES_PATTERN_ARGS: Final[dict[type[exp.Expr], str]] = {
+    exp.Like: "expression",
+    exp.ILike: "expression",
+    exp.StrPosition: "substr",
+    exp.Replace: "expression",
+    exp.SplitPart: "delimiter",
+}
+_MAYBE_PATTERN: Final = re.compile(r"like|strpos|position|replace|split_part", re.IGNORECASE)
+
+
+def _pattern_parts(operand: object) -> list[exp.Expr]:
+    """The literals and parameters a pattern operand is built of (concatenated with `||` or
+    `concat`); raises `_Rejected` for anything else: a column, a function, a subquery."""
+    parts: list[exp.Expr] = []
+    stack: list[object] = [operand]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if not isinstance(item, exp.Expr):
+            raise _Rejected
+        string = kind is exp.Literal and isinstance(item, exp.Literal) and item.is_string
+        if string or kind is exp.Parameter or kind is exp.Placeholder:
+            parts.append(item)
+        elif kind is exp.DPipe:
+            stack += [item.this, item.expression]
+        elif kind is exp.Paren:
+            stack.append(item.this)
+        elif kind is exp.Concat:
+            stack += item.expressions
+        else:
+            raise _Rejected
+    return parts
+
 
 _SYSTEM_NAMES: Final = frozenset(
     {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema",
@@ -163,7 +210,15 @@ class _Rejected(Exception):
 class _Walk:
     """One pass over a parsed statement: tables with CTE scoping, node and function allowlist."""
 
-    __slots__ = ("functions", "nodes", "prefix", "tables", "unscoped", "user_types")
+    __slots__ = (
+        "bounded_operands",
+        "functions",
+        "nodes",
+        "prefix",
+        "tables",
+        "unscoped",
+        "user_types",
+    )
 
     def __init__(
         self,
@@ -171,11 +226,14 @@ class _Walk:
         functions: frozenset[str],
         nodes: frozenset[type[exp.Expr]],
         user_types: frozenset[str] | Literal["any"],
+        *,
+        bounded_operands: bool = False,
     ) -> None:
         self.prefix = prefix
         self.functions = functions
         self.nodes = nodes
         self.user_types = user_types
+        self.bounded_operands = bounded_operands
         self.tables: set[str] = set()
         self.unscoped = False
 
@@ -188,7 +246,9 @@ class _Walk:
         text = ident.this
         if not isinstance(text, str):
             raise _Rejected
-        return text if ident.quoted else text.lower()
+        # The engines fold an unquoted name's ASCII letters only; `str.lower()` would also
+        # fold U+212A (KELVIN SIGN) to `k` and judge a name the engine reads as another.
+        return text if ident.quoted else text.translate(_ASCII_LOWER)
 
     def table(self, node: exp.Table, ctes: frozenset[str]) -> None:
         if node.args.get("db") is not None or node.args.get("catalog") is not None:
@@ -219,6 +279,27 @@ class _Walk:
             name = _FUNC_NAMES.get(kind) or _FUNC_NAMES.setdefault(kind, node.sql_name().lower())
         if name not in self.functions:
             raise _Rejected
+        if self.bounded_operands:
+            self.bounded_operand(node, kind)
+
+    def bounded_operand(self, node: exp.Expr, kind: type[exp.Expr]) -> None:
+        """PostgreSQL: the operand whose length multiplies the cost of `node` is short."""
+        if kind is exp.Trim:
+            chars = node.args.get("expression")
+            if chars is not None and not (
+                isinstance(chars, exp.Literal)
+                and chars.is_string
+                and len(chars.this) <= MAX_POSTGRES_TRIM_SET
+            ):
+                raise _Rejected
+            return
+        arg = _POSTGRES_PATTERN_ARGS.get(kind)
+        if arg is None:
+            return
+        parts = _pattern_parts(node.args.get(arg))
+        literal = sum(len(p.this) for p in parts if isinstance(p, exp.Literal))
+        if literal > MAX_POSTGRES_PATTERN:
+            raise _Rejected
 
     def visit(self, node: exp.Expr, ctes: frozenset[str]) -> None:
         # The hot path: most nodes need only the allowlist and their children. This is the
@@ -238,6 +319,8 @@ class _Walk:
                 raise _Rejected
         elif kind is exp.DataType and node.this is exp.DataType.Type.USERDEFINED:
             self.user_type(node)
+        elif (kind is exp.Like or kind is exp.ILike) and self.bounded_operands:
+            self.bounded_operand(node, kind)
         for child in node.args.values():
             if isinstance(child, exp.Expr):
                 self.visit(child, ctes)
@@ -439,7 +522,13 @@ class SqlGate:
         statement = self._single_statement(sql)
         if statement is None or not isinstance(statement, _ROOTS):
             return _NOT_PERMITTED
-        walk = _Walk(self.table_prefix, self._functions, _QUERY_NODES, self._user_types)
+        walk = _Walk(
+            self.table_prefix,
+            self._functions,
+            _QUERY_NODES,
+            self._user_types,
+            bounded_operands=self.dialect == "postgres",
+        )
         try:
             walk.visit(statement, frozenset())
         except Exception:  # _Rejected, or anything unexpected: fail closed
@@ -493,6 +582,10 @@ class SqlGate:
 
     # -- migrations ------------------------------------------------------------------------
     def check_migration(self, sql: str) -> list[Allow | Deny]:
+        if "\x00" in sql:
+            # As in `check_query`: an identifier character to sqlglot, the end of the text to
+            # C-string code (SQLite's statement splitter raised on it, past the gate).
+            return [_NOT_PERMITTED]
         try:
             parsed = sqlglot.parse(sql, read=self.dialect, error_level=sqlglot.ErrorLevel.RAISE)
         except Exception:  # any parser failure is a refusal, never a crash
@@ -516,7 +609,9 @@ class SqlGate:
                 walk_name = target.this
                 if not isinstance(walk_name, exp.Identifier):
                     return _NOT_PERMITTED
-                name = walk_name.this if walk_name.quoted else walk_name.this.lower()
+                name = (
+                    walk_name.this if walk_name.quoted else walk_name.this.translate(_ASCII_LOWER)
+                )
                 if not (self.table_prefix and name.startswith(self.table_prefix)):
                     return _OUT_OF_SCOPE
         elif isinstance(statement, exp.Alter):
@@ -524,7 +619,13 @@ class SqlGate:
                 return _NOT_PERMITTED
         elif not isinstance(statement, _DML_ROOTS):
             return _NOT_PERMITTED
-        walk = _Walk(self.table_prefix, self._functions, _DDL_NODES, self._user_types)
+        walk = _Walk(
+            self.table_prefix,
+            self._functions,
+            _DDL_NODES,
+            self._user_types,
+            bounded_operands=self.dialect == "postgres",
+        )
         try:
             walk.visit(statement, frozenset())
         except Exception:  # _Rejected, or anything unexpected: fail closed
@@ -536,6 +637,26 @@ class SqlGate:
         except Exception:  # RecursionError on a tree the walk could still descend: refuse
             return _NOT_PERMITTED
         return Allow(rule=self.table_prefix, target=rendered)
+
+    def bounded_parameters(self, sql: str) -> frozenset[int]:
+        """The `$n` parameters that a pattern or needle of `sql` is built from (postgres), to
+        be bounded to `MAX_POSTGRES_PATTERN` by the adapter: `sql` is the text PostgreSQL
+        parses (psycopg's rewrite). Empty for SQLite, or for text that does not parse."""
+        if self.dialect != "postgres" or _MAYBE_PATTERN.search(sql) is None:
+            return frozenset()
+        statement = self._single_statement(sql)
+        if statement is None:
+            return frozenset()
+        numbers: set[int] = set()
+        for node in statement.find_all(*_POSTGRES_PATTERN_ARGS):
+            operand = node.args.get(_POSTGRES_PATTERN_ARGS[type(node)])
+            if not isinstance(operand, exp.Expr):
+                continue
+            for param in operand.find_all(exp.Parameter):
+                number = param.this
+                if isinstance(number, exp.Literal) and str(number.this).isdigit():
+                    numbers.add(int(number.this))
+        return frozenset(numbers)
 
     # -- explain ---------------------------------------------------------------------------
     def cte_names(self, sql: str) -> frozenset[str]:
