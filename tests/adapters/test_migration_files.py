@@ -105,3 +105,71 @@ def test_a_file_in_a_real_folder_still_reads_and_a_linked_file_is_still_refused(
     with pytest.raises(SuaveplanError) as info:
         read_migration(folder / "002_link.sql")
     assert info.value.details == {"migration": "002_link.sql", "reason": "symlink"}
+
+
+# -- the whole path from the plugin's root: `root=` (what `standard_adapters` passes) ------
+
+
+def _plugin_root(tmp_path: Path) -> Path:
+    root = tmp_path / "plugin"
+    root.mkdir()
+    return root
+
+
+async def test_a_link_above_the_migrations_folder_is_refused_under_root(
+    db: SqliteDb, tmp_path: Path
+) -> None:
+    # `migrations = "db/migrations"` with `db` a link to a host folder: the folder's own
+    # name is no link, so only a walk from the root sees it.
+    root = _plugin_root(tmp_path)
+    host = tmp_path / "host-db"
+    (host / "migrations").mkdir(parents=True)
+    (host / "migrations" / "001_init.sql").write_text(HOST_SQL)
+    (root / "db").symlink_to(host)
+    with pytest.raises(SuaveplanError) as info:
+        await apply_migrations(db, root / "db" / "migrations", plugin="p", root=root)
+    assert info.value.code == "SAND_DB_MIGRATION_FAILED"
+    assert info.value.details == {"migrations": "migrations", "reason": "symlink"}
+    assert "p_host" not in _tables(tmp_path)
+
+
+async def test_a_linked_folder_without_sql_files_is_refused_too(
+    db: SqliteDb, tmp_path: Path
+) -> None:
+    # Nothing would run, but the link is the plugin's claim on a host folder all the same:
+    # refused, not silently read (its listing is a host directory's).
+    root = _plugin_root(tmp_path)
+    empty = tmp_path / "host-empty"
+    empty.mkdir()
+    (root / "migrations").symlink_to(empty)
+    with pytest.raises(SuaveplanError) as info:
+        await apply_migrations(db, root / "migrations", plugin="p", root=root)
+    assert info.value.details["reason"] == "symlink"
+
+
+@pytest.mark.parametrize("shape", ["missing", "a-file"])
+async def test_no_migrations_folder_under_root_applies_nothing(
+    db: SqliteDb, tmp_path: Path, shape: str
+) -> None:
+    root = _plugin_root(tmp_path)
+    if shape == "a-file":
+        (root / "migrations").write_text("not a folder")
+    assert await apply_migrations(db, root / "migrations", plugin="p", root=root) == []
+
+
+async def test_a_folder_outside_the_root_is_refused(db: SqliteDb, tmp_path: Path) -> None:
+    root = _plugin_root(tmp_path)
+    with pytest.raises(SuaveplanError) as info:
+        await apply_migrations(db, _host_folder(tmp_path), plugin="p", root=root)
+    assert info.value.details["reason"] == "outside-root"
+    assert "p_host" not in _tables(tmp_path)
+
+
+async def test_plain_migrations_under_root_apply(db: SqliteDb, tmp_path: Path) -> None:
+    root = _plugin_root(tmp_path)
+    (root / "db" / "migrations").mkdir(parents=True)
+    (root / "db" / "migrations" / "001_init.sql").write_text("CREATE TABLE p_t (v TEXT);\n")
+    assert await apply_migrations(db, root / "db" / "migrations", plugin="p", root=root) == [
+        "001_init.sql"
+    ]
+    assert "p_t" in _tables(tmp_path)

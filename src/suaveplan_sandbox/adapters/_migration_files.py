@@ -10,8 +10,11 @@ The folder itself must not be a link either (`details={"migrations": folder, "re
 "symlink"}`): a plugin shipping `migrations -> /srv/host/sql` would otherwise have the host run
 its own SQL as the plugin's. It is opened afresh, without following a link, for every file
 read, and the file is read relative to that descriptor, so a folder swapped for a link after
-it was listed is refused too. Only the folder's own name is checked: the path above it is the
-host's, and may hold links the host made.
+it was listed is refused too. Given the plugin's root (`migration_files(..., root=)`, what
+`standard_adapters` passes), every component from the root down is checked the same way, so a
+`migrations = "db/migrations"` whose `db` is a link is refused as well, and so is a linked
+folder holding no `*.sql` file; the root itself is the host's path, and may hold links the
+host made. Without it only the folder's own name is checked.
 """
 
 from __future__ import annotations
@@ -22,10 +25,47 @@ from pathlib import Path
 from typing import Final
 
 from suaveplan_sandbox._untrusted_files import UnreadableFile, read_regular_file
-from suaveplan_sandbox.adapters._beneath import DIR_FLAGS, open_component
+from suaveplan_sandbox.adapters._beneath import (
+    DIR_FLAGS,
+    open_component,
+    open_directory,
+    openat2_available,
+)
 from suaveplan_sandbox.errors import SuaveplanError
 
 MAX_MIGRATION_BYTES: Final = 4 * 1024 * 1024
+
+
+def migration_files(
+    migrations_dir: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
+) -> list[Path]:
+    """The folder's `*.sql` files in name order (none when there is no such folder).
+
+    With `root`, the folder must lie beneath it (`details.reason` `outside-root`) and no
+    component from `root` down may be a link (`symlink`), or it is `SAND_DB_MIGRATION_FAILED`
+    naming the folder; a component that cannot be opened otherwise is `unreadable`."""
+    folder = Path(migrations_dir)
+    if root is not None:
+        try:
+            parts = folder.relative_to(root).parts
+        except ValueError:
+            raise _folder_unusable(folder, "outside-root") from None
+        try:
+            top = os.open(root, DIR_FLAGS & ~os.O_NOFOLLOW)  # the host's own path
+        except FileNotFoundError:
+            return []
+        except OSError:
+            raise _folder_unusable(folder, "unreadable") from None
+        try:
+            os.close(open_directory(top, parts, use_openat2=openat2_available()))
+        except (FileNotFoundError, NotADirectoryError):
+            return []  # no such folder (or a file by its name): nothing to apply, as before
+        except OSError as exc:
+            reason = "symlink" if exc.errno == errno.ELOOP else "unreadable"
+            raise _folder_unusable(folder, reason) from None
+        finally:
+            os.close(top)
+    return sorted(folder.glob("*.sql"), key=lambda p: p.name)
 
 
 def read_migration(file: Path) -> str:

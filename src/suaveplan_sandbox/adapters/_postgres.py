@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from suaveplan_sandbox.adapters._credentials import url_passwords
-from suaveplan_sandbox.adapters._migration_files import read_migration
+from suaveplan_sandbox.adapters._migration_files import migration_files, read_migration
 from suaveplan_sandbox.adapters._protocols import QueryResult
 from suaveplan_sandbox.adapters._sqlite import (
     DEFAULT_MAX_RESULT_BYTES,
@@ -223,8 +223,11 @@ async def apply_postgres_migrations(
     plugin: str,
     prefix: str,
     version: str | None = None,
+    root: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Apply the plugin's `*.sql` files in name order, each once; returns the names applied.
+    `root`: the plugin's root, above `migrations_dir`; no component from it down to the
+    folder may be a symbolic link (`_migration_files.migration_files`).
 
     Needs `provision_postgres_plugin` first. A pending file that the gate refuses stops the run
     before *any* pending file executes; a file that fails in the database is rolled back
@@ -234,7 +237,7 @@ async def apply_postgres_migrations(
 
     role, owner = _names(plugin, prefix)
     gate = SqlGate(prefix, dialect="postgres")
-    files = sorted(Path(migrations_dir).glob("*.sql"), key=lambda p: p.name)
+    files = migration_files(migrations_dir, root=root)
     applied: list[str] = []
     try:
         async with await psycopg.AsyncConnection.connect(admin_conninfo) as conn:

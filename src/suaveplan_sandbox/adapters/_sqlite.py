@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, TypeVar, final
 
-from suaveplan_sandbox.adapters._migration_files import read_migration
+from suaveplan_sandbox.adapters._migration_files import migration_files, read_migration
 from suaveplan_sandbox.adapters._protocols import QueryResult
 from suaveplan_sandbox.adapters._sqlite_functions import LinearTextFunctions
 from suaveplan_sandbox.adapters._sqlite_params import ParameterNames
@@ -678,11 +678,14 @@ async def apply_migrations(
     *,
     plugin: str,
     version: str | None = None,
+    root: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Apply the plugin's `*.sql` files in name order, each once; returns the names applied.
 
+    `root`: the plugin's root, above `migrations_dir`; no component from it down to the
+    folder may be a symbolic link (`_migration_files.migration_files`).
     Migrations have no time limit, but cancelling the caller or closing `db` stops the one
     running (rolled back; `SAND_DB_MIGRATION_FAILED` with `details.reason`)."""
-    files = sorted(Path(migrations_dir).glob("*.sql"), key=lambda p: p.name)
+    files = migration_files(migrations_dir, root=root)
     run = _Run()
     return await db._in_worker(run, db._migrate_sync, plugin, files, version, run)

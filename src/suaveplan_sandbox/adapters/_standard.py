@@ -217,6 +217,7 @@ async def open_standard_adapters(
                     policy.root / database.migrations,
                     plugin=policy.plugin,
                     version=policy.manifest.version,
+                    root=policy.root,
                 )
         secrets_adapter = (
             _secrets_adapter(secrets) if secrets is not None and policy.secrets else None
