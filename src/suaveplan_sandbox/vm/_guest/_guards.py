@@ -12,7 +12,8 @@ library code would do for the guest what the guest may not do itself: copy's
 `_reconstruct` (any `setattr`, dunders included), dataclasses' `Field.name` (pasted into
 the source dataclasses `exec`s, and read back with `getattr`), the functional Enum API
 (dunder class attributes such as `__match_args__`), `ABCMeta.register` on shared ABCs,
-`UserString.format`/`format_map` (the real `str.format` of any template),
+`UserString.format`/`format_map` (the real `str.format` of any template), UserDict's and
+UserList's `__copy__` (keys of a `__dict__` the plugin answers, written into a real one),
 `enum.property`'s member redirect (a `getattr` of its `name`, which the plugin can set),
 `cached_property`'s cache store (a write of its `attrname`, likewise), dataclasses'
 `_get_field` (a plugin `Field` subclass's `name` pasted into exec'd source), copy's
@@ -605,6 +606,27 @@ def _checked_user_string(method: str) -> Callable[..., object]:
     return checked
 
 
+def _checked_user_copy(copy_data: Callable[[Any], object]) -> Callable[[Any], object]:
+    """UserDict/UserList `__copy__` (what `.copy()` and `copy.copy` run): `inst =
+    self.__class__.__new__(self.__class__)` then `inst.__dict__.update(self.__dict__)`.
+    A plugin class answers `__class__` and `__dict__` itself (properties), so that was a
+    write of any keys into the real dict of any object its `__new__` returned: an instance
+    `__dataclass_fields__` that `dataclasses.replace()` trusted, reading a forged field
+    `format` natively (the unguarded `str.format`). The keys are checked like the state
+    copy sets itself; the state is read once."""
+
+    def __copy__(self: Any) -> object:
+        cls = self.__class__
+        inst = cls.__new__(cls)
+        state = dict(self.__dict__)
+        target = inst.__dict__
+        target.update(_state_ok(inst, state, strict=True))
+        target["data"] = copy_data(state["data"])
+        return inst
+
+    return __copy__
+
+
 def _write_once_field_name(self: object, name: str, value: object) -> None:
     # dataclasses sets `name` once, before the field joins a class; after that it is what
     # dataclasses pastes into generated source and reads back with getattr().
@@ -760,6 +782,11 @@ def install_stdlib_guards() -> None:
         return create(cls, *args, **kwargs)
 
     meta._create_ = _create_
+
+    user_dict: Any = collections.UserDict
+    user_dict.__copy__ = _checked_user_copy(lambda data: data.copy())
+    user_list: Any = collections.UserList
+    user_list.__copy__ = _checked_user_copy(lambda data: data[:])
 
     user_string: Any = collections.UserString
     for method in ("format", "format_map"):

@@ -78,6 +78,8 @@ _FACADE_EXCLUDED: Final = frozenset(
         "test",
         "get_type_hints",
         "global_enum",  # writes members into sys.modules[cls.__module__] (module= is guest-chosen)
+        # A pickling hook returning `(getattr, (cls, name))`: its `getattr` is the real one.
+        "pickle_by_enum_name",
         "ForwardRef",
         "evaluate_forward_ref",
         "get_annotations",
@@ -248,7 +250,26 @@ def _g_update_wrapper(
     updated: Any = functools.WRAPPER_UPDATES,
 ) -> object:
     _check_wrapper_args(wrapper, assigned, updated)
-    return functools.update_wrapper(wrapper, wrapped)  # type: ignore[arg-type]
+    out: object = functools.update_wrapper(wrapper, wrapped, updated=())  # type: ignore[arg-type]
+    _copy_readable_dict(wrapper, wrapped)
+    return out
+
+
+def _copy_readable_dict(wrapper: object, wrapped: object) -> None:
+    """update_wrapper's `wrapper.__dict__.update(wrapped.__dict__)`, for the names the guest
+    could read on `wrapped` itself. The wrapper is the plugin's function, whose `_private`
+    attributes are its own: copying a foreign class's dict there handed out its private
+    members as the plugin's (`ForwardRef._evaluate`, which `eval`s with the real builtins)."""
+    state = getattr(wrapped, "__dict__", None)
+    if state is None:
+        return
+    target = wrapper.__dict__
+    for key, value in dict(state).items():
+        if type(key) is not str or norm(key) != key or is_forbidden_attr(key):
+            continue
+        if is_guarded_attr(key) and not private_ok(wrapped, key):
+            continue
+        target[key] = value
 
 
 def _g_wraps(
@@ -354,14 +375,21 @@ def _plugin_module_visible(cls: object) -> Iterator[None]:
 
 def _g_dataclass(cls: object = None, /, **kwargs: Any) -> object:
     def wrap(c: object) -> object:
-        if isinstance(c, _b.type):
-            # Before dataclasses pastes the names into the source it execs and reads each
-            # one with getattr(c, name) for a default (a foreign `_evaluate`, `str.format`).
-            own = c.__dict__.get("__annotations__", {})  # noqa: RUF063 - the class's own
-            check_dataclass_fields(c, tuple(own) if isinstance(own, dict) else ("?",))
+        if not isinstance(c, _b.type):
+            # An instance can answer `__mro__`, `__dict__` and `__annotations__` itself
+            # (properties), and dataclasses then made fields of its text unchecked, read
+            # their defaults natively (`format`: the unguarded `str.format`) and wrote
+            # `__dataclass_fields__` into its real dict.
+            raise SuaveplanError(
+                "SAND_VM_ATTRIBUTE_FORBIDDEN", "dataclass() applies to classes only"
+            )
+        # Before dataclasses pastes the names into the source it execs and reads each
+        # one with getattr(c, name) for a default (a foreign `_evaluate`, `str.format`).
+        own = c.__dict__.get("__annotations__", {})  # noqa: RUF063 - the class's own
+        check_dataclass_fields(c, tuple(own) if isinstance(own, dict) else ("?",))
         with _plugin_module_visible(c):
-            out = _dataclasses.dataclass(c, **kwargs)  # type: ignore[call-overload]
-        if isinstance(out, _b.type) and isinstance(c, _b.type) and c in _PLUGIN_CLASSES:
+            out: object = _dataclasses.dataclass(c, **kwargs)
+        if isinstance(out, _b.type) and c in _PLUGIN_CLASSES:
             if out is not c:
                 mark_plugin_class(out)  # slots=True builds a new class
             own_args = out.__dict__.get("__match_args__")
