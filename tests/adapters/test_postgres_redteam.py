@@ -271,3 +271,22 @@ async def test_a_runtime_write_is_sent_as_exactly_one_statement(
         assert (await db.query("SELECT x FROM r_t", [])).rows == ((1,),)
     finally:
         await db.aclose()
+
+
+async def test_a_role_with_another_client_encoding_still_gets_the_plugins_text_exactly(
+    postgres_admin: str, tmp_path: Path
+) -> None:
+    # A role (or database) whose `client_encoding` cannot encode the plugin's text made
+    # psycopg raise an untranslated UnicodeEncodeError (and would decode rows wrongly): the
+    # session pins UTF8, the wire's own encoding.
+    conninfo = await _plugin(postgres_admin, tmp_path, "rt_enc")
+    async with await psycopg.AsyncConnection.connect(postgres_admin, autocommit=True) as admin:
+        await admin.execute("ALTER ROLE suaveplan_rt_enc SET client_encoding = 'LATIN1'")
+    db = PostgresDb(conninfo, plugin="rt_enc", prefix="r_")
+    try:
+        result = await db.query("SELECT %s AS t", ["naïve € 漢字 \U0001f600"])
+        assert result.rows == (("naïve € 漢字 \U0001f600",),)
+    finally:
+        await db.aclose()
+        async with await psycopg.AsyncConnection.connect(postgres_admin, autocommit=True) as admin:
+            await admin.execute("ALTER ROLE suaveplan_rt_enc RESET client_encoding")

@@ -60,6 +60,7 @@ from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions._decision import Allow, Deny
 from suaveplan_sandbox.permissions._sql_gate import MAX_POSTGRES_PATTERN, SqlGate
 
+_CLIENT_ENCODING: Final = "UTF8"
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,40}")
 _PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,30}")
 _DML_PRIVILEGES: Final = "SELECT, INSERT, UPDATE, DELETE"
@@ -240,7 +241,10 @@ async def apply_postgres_migrations(
     files = migration_files(migrations_dir, root=root)
     applied: list[str] = []
     try:
-        async with await psycopg.AsyncConnection.connect(admin_conninfo) as conn:
+        # UTF8 whatever the server, database or role says: the plugin's text is Unicode.
+        async with await psycopg.AsyncConnection.connect(
+            admin_conninfo, client_encoding=_CLIENT_ENCODING
+        ) as conn:
             async with conn.transaction():
                 await _ensure_host_schema(conn)
                 rows = await (
@@ -481,7 +485,12 @@ class PostgresDb:
                     "SAND_DB_ERROR", "the database is closed", {"reason": "closed"}
                 )
             if self._conn is None:
-                conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+                # UTF8 whatever the server, database or role says (a client option outranks
+                # their settings): with another, text the plugin sent or stored could not be
+                # encoded (an untranslated UnicodeEncodeError) or would come back changed.
+                conn = await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True, client_encoding=_CLIENT_ENCODING
+                )
                 try:
                     await conn.execute(
                         sql.SQL("SET statement_timeout = {}").format(sql.Literal(self._timeout_ms))
