@@ -4,18 +4,21 @@ Hand-written raw syscalls via ctypes, because the PyPI `landlock` package is a p
 (1.0.0.dev5), `pyseccomp` is unmaintained since 2021, and libseccomp's Python bindings are
 not on PyPI. x86_64 Linux only; on anything else the kernel layers are reported missing.
 
-Threads: seccomp allows `clone` only with CLONE_THREAD, so threads work and processes do not;
-`clone3` returns ENOSYS so glibc falls back to `clone`. RLIMIT_NPROC counts threads too (per
-real uid, and root ignores it), so `RLIMIT_NPROC=0` would block threads for a non-root worker
-only: it is set only when seccomp cannot be applied (then it is the process backstop, and
-threads are blocked as well). Signals to other processes are blocked by Landlock scoped
-signals when the ABI is >= 6, and otherwise by the filter (kill and friends, F_SETOWN, only
-to the worker's own pid, patched into its copy of the program after fork).
+The seccomp filter is an allow list (`_ALLOWED_SYSCALLS`, drawn from a survey of what
+workers make on Python 3.11-3.13: `scripts/seccomp_survey.py`): everything else returns
+EPERM, including opening files (Landlock's job too, but nothing else stopped it on a kernel
+without Landlock), file metadata changes, SysV IPC, other processes' rlimits and scheduling,
+which Landlock does not govern; `no_new_privs` also empties the capability sets (a root fork
+server's worker would hold them all). `clone3` and syscall numbers newer than the reviewed
+table return ENOSYS, which is what makes glibc and other callers fall back.
 
-Landlock governs opening files and changing the tree, not file metadata (mode, owner, times,
-xattrs), SysV IPC, or other same-uid processes' rlimits and scheduling: the filter refuses
-those too, and `no_new_privs` also empties the capability sets (a root fork server's worker
-would hold them all). Syscall numbers newer than the reviewed table return ENOSYS.
+Threads: `clone` is allowed only with CLONE_THREAD and no namespace flag, so threads work and
+processes do not; `clone3` returns ENOSYS so glibc falls back to `clone`. RLIMIT_NPROC counts
+threads too (per real uid, and root ignores it), so `RLIMIT_NPROC=0` would block threads for
+a non-root worker only: it is set only when seccomp cannot be applied (then it is the process
+backstop, and threads are blocked as well). Signals to other processes are blocked by
+Landlock scoped signals when the ABI is >= 6, and otherwise by the filter (kill, tgkill and
+F_SETOWN only to the worker's own pid, patched into its copy of the program after fork).
 
 Cost: a forked worker pays about 3.5 µs for every page it writes first (copy-on-write, and
 more on a VM), which makes touching Python objects, not syscalls, the price of hardening.
@@ -47,7 +50,7 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, final
 
@@ -74,23 +77,74 @@ _X32_BIT: Final = 0x40000000
 _NR_CLONE: Final = 56
 _NR_CLONE3: Final = 435
 
-# x86_64 numbers of the syscalls that return EPERM. Landlock governs opening files and
-# changing the tree, not metadata, SysV IPC or other processes' limits and scheduling, so
-# those are refused here too; a root worker also drops its capabilities (`no_new_privs`).
-_DENIED_SYSCALLS: Final = (
-    # processes and programs
+# The allow list: the x86_64 syscalls a hardened worker may make; every other one returns
+# EPERM (numbers past `_LAST_REVIEWED_SYSCALL`, and `clone3`, return ENOSYS: see there).
+# Drawn from a survey of what workers make once the filter is installed, on Python 3.11,
+# 3.12 and 3.13 (glibc 2.36), over the VM and security suites and a plugin that uses every
+# allowlisted stdlib module: `scripts/seccomp_survey.py`, recorded in
+# `tests/vm/hardening/seccomp_survey.json`, which a test checks against this table. Older
+# glibc spells some calls differently (`stat` for `newfstatat`, `select` for `pselect6`,
+# `pipe` for `pipe2`, ...): both spellings are listed. Hot calls first: the filter tests
+# them in this order. What is deliberately absent although the old deny list let it through:
+# opening files (Landlock's job too, but without Landlock nothing else stopped it), `memfd_*`,
+# `pidfd_*`, `io_*` AIO, `splice`/`vmsplice`/`tee`, `mbind`/`set_mempolicy`, `seccomp`,
+# `landlock_*`, `rt_*sigqueueinfo`, `tkill`, the futex2 calls, `arch_prctl`, `uselib`, and
+# `uname`/`sysinfo` (the host's kernel release and load: nothing a worker needs). About half
+# the table was seen in the survey; the rest are older glibc's spellings of the same calls
+# and the signal, sleep and fd basics glibc and CPython make on paths the suites do not take
+# (`restart_syscall`, `rt_sigtimedwait`, `sigaltstack`, `dup*`, `poll`...).
+#
+# The refusal is EPERM, as the deny list's was: Python raises PermissionError for it (what the
+# guest's error translation and the tests expect), container runtimes' default profiles
+# answer unlisted calls the same way, and where glibc or CPython fall back on a refusal they
+# accept EPERM too (os.urandom's getrandom). ENOSYS is kept for the two places where a
+# fallback depends on it: `clone3` (glibc retries with `clone` on ENOSYS only) and numbers
+# past the reviewed table (a future libc probing a new call must see "too old a kernel").
+# Nothing unlisted kills the process; only a foreign architecture does, as before.
+_ALLOWED_SYSCALLS: Final = {
+    # the IPC channel and its busy poll (the hot path), the per-call CPU backstop
+    "recvfrom": 45, "sendto": 44, "sched_yield": 24, "getrusage": 98, "clock_gettime": 228,
+    # the worker's own memory: malloc, big allocations, thread stacks
+    "mmap": 9, "munmap": 11, "brk": 12, "mremap": 25, "mprotect": 10, "madvise": 28,
+    # its own descriptors (rules below for fcntl and ioctl)
+    "read": 0, "write": 1, "readv": 19, "writev": 20, "sendmsg": 46, "recvmsg": 47,
+    "close": 3, "fcntl": 72, "ioctl": 16, "dup": 32, "dup2": 33, "dup3": 292,
+    "pipe": 22, "pipe2": 293, "poll": 7, "ppoll": 271, "select": 23, "pselect6": 270,
+    "getsockname": 51, "getpeername": 52, "getsockopt": 55,
+    # path metadata, which Landlock does not govern and Python's import machinery reads
+    "fstat": 5, "stat": 4, "lstat": 6, "newfstatat": 262, "statx": 332,
+    "access": 21, "faccessat": 269, "faccessat2": 439, "readlink": 89, "readlinkat": 267,
+    "getcwd": 79,
+    # signals (kill and tgkill are scoped to the worker below when Landlock does not)
+    "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15, "sigaltstack": 131,
+    "rt_sigpending": 127, "rt_sigtimedwait": 128, "rt_sigsuspend": 130, "pause": 34,
+    "alarm": 37, "getitimer": 36, "setitimer": 38, "kill": 62, "tgkill": 234,
+    "restart_syscall": 219,  # the kernel resumes a sleep or wait interrupted by a stop
+    # time
+    "clock_getres": 229, "gettimeofday": 96, "time": 201, "nanosleep": 35,
+    "clock_nanosleep": 230, "times": 100,
+    # threads (clone only as a thread, see below) and exiting
+    "clone": 56, "futex": 202, "set_robust_list": 273, "rseq": 334, "set_tid_address": 218,
+    "exit": 60, "exit_group": 231, "gettid": 186, "getcpu": 309,
+    "sched_getaffinity": 204, "sched_setaffinity": 203,
+    # reading its own identity, limits and randomness (prlimit64 and prctl: rules below)
+    "getpid": 39, "getppid": 110, "getuid": 102, "geteuid": 107, "getgid": 104,
+    "getegid": 108, "getgroups": 115, "getresuid": 118, "getresgid": 120, "getpgrp": 111,
+    "getpgid": 121, "getsid": 124, "getrlimit": 97,
+    "prlimit64": 302, "capget": 125, "prctl": 157, "getrandom": 318,
+}  # fmt: skip
+
+# What the old deny list refused by name, kept as the regression set: each of these must
+# stay refused whatever the allow list grows into (a test checks it). x86_64 numbers.
+_FORMERLY_DENIED_SYSCALLS: Final = (
     59, 322, 57, 58,  # execve execveat fork vfork
-    # sockets (only the inherited IPC socket is used)
     41, 53, 42, 49, 50, 43, 288,  # socket socketpair connect bind listen accept accept4
-    # other processes: debugging, memory, fds, priority, scheduling, limits (see below)
     101, 310, 311, 438, 312,  # ptrace process_vm_readv/writev pidfd_getfd kcmp
     440, 448, 256, 279,  # process_madvise process_mrelease migrate_pages move_pages
     141, 251, 142, 144, 314,  # setpriority ioprio_set sched_setparam/setscheduler/setattr
-    # namespaces, mounts, roots
     272, 308, 165, 166, 155, 161,  # unshare setns mount umount2 pivot_root chroot
     428, 429, 430, 431, 432, 433, 442, 467,  # new mount API, mount_setattr, open_tree_attr
     457, 458,  # statmount listmount
-    # kernel facilities with a history of bugs, or host-global state
     321, 250, 248, 249, 298,  # bpf keyctl add_key request_key perf_event_open
     246, 320, 175, 313, 176,  # kexec_load kexec_file_load init/finit/delete_module
     323, 425, 426, 427, 304, 303,  # userfaultfd io_uring_* open_by_handle_at name_to_handle_at
@@ -99,38 +153,63 @@ _DENIED_SYSCALLS: Final = (
     159, 305,  # adjtimex clock_adjtime
     103, 172, 173, 154, 153, 134,  # syslog iopl ioperm modify_ldt vhangup uselib
     300, 301, 253, 254, 294,  # fanotify_init/mark inotify_init/add_watch/init1
-    # file metadata, which Landlock does not govern: mode, owner, times, xattrs, attributes
     90, 91, 268, 452,  # chmod fchmod fchmodat fchmodat2
     92, 93, 94, 260,  # chown fchown lchown fchownat
     132, 235, 261, 280,  # utime utimes futimesat utimensat
     188, 189, 190, 197, 198, 199, 463, 466,  # setxattr family, removexattr family
     191, 192, 194, 195, 464, 465,  # getxattr/listxattr by path
     468, 469,  # file_getattr file_setattr
-    # SysV IPC and POSIX message queues: shared with the host and every sibling worker
     29, 30, 31, 67,  # shmget shmat shmctl shmdt
     64, 65, 66, 220,  # semget semop semctl semtimedop
     68, 69, 70, 71,  # msgget msgsnd msgrcv msgctl
     240, 241, 242, 243, 244, 245,  # mq_open mq_unlink mq_timedsend/timedreceive/notify/getsetattr
+    200, 424, 129, 297,  # tkill pidfd_send_signal rt_sigqueueinfo rt_tgsigqueueinfo
 )  # fmt: skip
 
 # Allowed only with a pid of 0 (the worker itself): glibc's setrlimit is prlimit64(0, ...),
 # and the CPU backstop needs it; another process of the same uid is out of bounds.
 _SELF_ONLY_SYSCALLS: Final = (302, 203)  # prlimit64 sched_setaffinity
 
-# The highest syscall number the lists above were reviewed against (Linux 6.17's table);
-# anything newer returns ENOSYS, as on an older kernel, instead of being allowed unread.
+# prctl only for what reads the worker's own state or names its own threads and memory
+# (glibc and Python >= 3.14 name threads; glibc may name its mappings); the rest of
+# prctl's options (dumpable, ptracer, child subreaper, PR_SET_MM, more seccomp...) refused.
+_NR_PRCTL: Final = 157
+_PRCTL_OPTIONS: Final = (
+    3,  # PR_GET_DUMPABLE
+    15,  # PR_SET_NAME
+    16,  # PR_GET_NAME
+    21,  # PR_GET_SECCOMP
+    39,  # PR_GET_NO_NEW_PRIVS
+    0x53564D41,  # PR_SET_VMA (naming anonymous memory)
+)
+
+# ioctl only for requests on the worker's own descriptors that Python and glibc make
+# (blocking mode, close-on-exec, isatty, pending bytes, terminal size); the rest (socket
+# ioctls that list the host's interfaces, FIOSETOWN/SIOCSPGRP, tty injection...) refused.
+_NR_IOCTL: Final = 16
+_IOCTL_REQUESTS: Final = (
+    0x5421,  # FIONBIO
+    0x5451,  # FIOCLEX
+    0x5450,  # FIONCLEX
+    0x5401,  # TCGETS (isatty)
+    0x541B,  # FIONREAD
+    0x5413,  # TIOCGWINSZ
+)
+
+# The highest syscall number the table was reviewed against (Linux 6.17's table); anything
+# newer returns ENOSYS, as on an older kernel, so a future libc that probes a new call
+# falls back instead of failing on EPERM.
 _LAST_REVIEWED_SYSCALL: Final = 469
 
 # Without Landlock's signal scope (ABI < 6, or no Landlock), a worker in the host's process
 # group and uid could signal the host, the fork server and its siblings. The filter then
 # lets these address only the worker itself: `_PID_SLOT` is replaced by its pid after fork.
-_SIGNAL_TO_PID_SYSCALLS: Final = (62, 234, 129, 297)  # kill tgkill rt_(tg)sigqueueinfo
-_SIGNAL_DENIED_SYSCALLS: Final = (200, 424)  # tkill pidfd_send_signal
+# (tkill, pidfd_send_signal and rt_*sigqueueinfo are not on the allow list at all.)
+_SIGNAL_TO_PID_SYSCALLS: Final = (62, 234)  # kill tgkill
 _NR_FCNTL: Final = 72
-_NR_IOCTL: Final = 16
 _F_SETOWN: Final = 8
 _F_SETOWN_EX: Final = 15
-_SETOWN_IOCTLS: Final = (0x8901, 0x8902)  # FIOSETOWN SIOCSPGRP: a pid behind a pointer
+_SETOWN_IOCTLS: Final = (0x8901, 0x8902)  # FIOSETOWN SIOCSPGRP: not in _IOCTL_REQUESTS
 _PID_SLOT: Final = 0xFFFFFFFF
 
 # CLONE_NEWNS CLONE_NEWCGROUP CLONE_NEWUTS CLONE_NEWIPC CLONE_NEWUSER CLONE_NEWPID
@@ -147,23 +226,41 @@ _JEQ: Final = 0x15
 _JGE: Final = 0x35
 _JSET: Final = 0x45
 _RET: Final = 0x06
+_MAX_JUMP: Final = 255  # a conditional jump's offset is one byte
+
+
+def _arg_in(nr: int, offset: int, values: Collection[int], refusal: int) -> list[bytes]:
+    """Syscall `nr` is allowed when the 32-bit word at `offset` of `seccomp_data` is one of
+    `values`, else refused; any other syscall goes on to the next rule."""
+    n = len(values)
+    block = [_insn(_JEQ, 0, n + 3, nr), _insn(_LD_ABS, 0, 0, offset)]
+    block += [_insn(_JEQ, n - i, 0, value) for i, value in enumerate(values)]
+    block += [_insn(_RET, 0, 0, refusal), _insn(_RET, 0, 0, _RET_ALLOW)]
+    return block
 
 
 def _first_arg_must_be(nr: int, value: int, refusal: int) -> list[bytes]:
-    """Syscall `nr` is allowed when its first argument's low word is `value`, else refused;
-    any other syscall goes on to the next rule."""
-    return [
-        _insn(_JEQ, 0, 4, nr),
-        _insn(_LD_ABS, 0, 0, 16),  # args[0] low word: a pid_t is all the kernel reads
-        _insn(_JEQ, 0, 1, value),
-        _insn(_RET, 0, 0, _RET_ALLOW),
-        _insn(_RET, 0, 0, refusal),
-    ]
+    """Syscall `nr` is allowed when its first argument's low word is `value` (a pid_t is
+    all the kernel reads), else refused."""
+    return _arg_in(nr, 16, (value,), refusal)
+
+
+def _any_of(numbers: Sequence[int], refusal: int) -> list[bytes]:
+    """The plain allow list: a match jumps to the RET ALLOW at the end, no match falls
+    through to `refusal`. A jump's offset is one byte, hence the limit on the table."""
+    n = len(numbers)
+    if n > _MAX_JUMP:
+        raise ValueError(f"{n} plain allowed syscalls: more than one jump can span")
+    prog = [_insn(_JEQ, n - i, 0, nr) for i, nr in enumerate(numbers)]
+    return [*prog, _insn(_RET, 0, 0, refusal), _insn(_RET, 0, 0, _RET_ALLOW)]
 
 
 def build_seccomp_program(*, scope_signals: bool = False) -> bytes:
     """The BPF filter as raw `sock_filter` bytes (8 bytes an instruction).
 
+    An allow list: the syscalls in `_ALLOWED_SYSCALLS` pass (some only with the arguments
+    their rule admits), every other one returns EPERM; `clone3` and numbers past the
+    reviewed table return ENOSYS; the x32 ABI returns EPERM; a foreign architecture kills.
     `scope_signals`: signals only to the worker itself (see `_SIGNAL_TO_PID_SYSCALLS`); the
     program then holds `_PID_SLOT` constants for `pid_slot_offsets` to patch.
     """
@@ -183,18 +280,20 @@ def build_seccomp_program(*, scope_signals: bool = False) -> bytes:
         _insn(_JSET, 0, 1, _CLONE_THREAD),
         _insn(_RET, 0, 0, _RET_ALLOW),
         _insn(_RET, 0, 0, eperm),
+        # glibc >= 2.34 tries clone3 first and falls back to clone on ENOSYS only; its
+        # flags are behind a pointer, which a filter cannot read.
         _insn(_JEQ, 0, 1, _NR_CLONE3),
         _insn(_RET, 0, 0, _RET_ERRNO | errno.ENOSYS),
     ]
     # args[n] is at 16 + 8n; a pid_t or an int command is its low word, all the kernel reads.
     for nr in _SELF_ONLY_SYSCALLS:
         prog += _first_arg_must_be(nr, 0, eperm)
+    prog += _arg_in(_NR_PRCTL, 16, _PRCTL_OPTIONS, eperm)
+    prog += _arg_in(_NR_IOCTL, 24, _IOCTL_REQUESTS, eperm)
+    ruled = {_NR_CLONE, *_SELF_ONLY_SYSCALLS, _NR_PRCTL, _NR_IOCTL}
     if scope_signals:
         for nr in _SIGNAL_TO_PID_SYSCALLS:
             prog += _first_arg_must_be(nr, _PID_SLOT, eperm)
-        for nr in _SIGNAL_DENIED_SYSCALLS:
-            prog.append(_insn(_JEQ, 0, 1, nr))
-            prog.append(_insn(_RET, 0, 0, eperm))
         # fcntl F_SETOWN (SIGIO/SIGURG go to the owner) only to itself; F_SETOWN_EX never.
         prog.append(_insn(_JEQ, 0, 8, _NR_FCNTL))
         prog.append(_insn(_LD_ABS, 0, 0, 24))
@@ -205,17 +304,8 @@ def build_seccomp_program(*, scope_signals: bool = False) -> bytes:
         prog.append(_insn(_JEQ, 0, 1, _PID_SLOT))
         prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
         prog.append(_insn(_RET, 0, 0, eperm))
-        # ioctl FIOSETOWN/SIOCSPGRP never (their pid is behind a pointer); other ioctls pass.
-        prog.append(_insn(_JEQ, 0, 5, _NR_IOCTL))
-        prog.append(_insn(_LD_ABS, 0, 0, 24))
-        prog.append(_insn(_JEQ, 2, 0, _SETOWN_IOCTLS[0]))
-        prog.append(_insn(_JEQ, 1, 0, _SETOWN_IOCTLS[1]))
-        prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
-        prog.append(_insn(_RET, 0, 0, eperm))
-    for nr in _DENIED_SYSCALLS:
-        prog.append(_insn(_JEQ, 0, 1, nr))
-        prog.append(_insn(_RET, 0, 0, eperm))
-    prog.append(_insn(_RET, 0, 0, _RET_ALLOW))
+        ruled |= {*_SIGNAL_TO_PID_SYSCALLS, _NR_FCNTL}
+    prog += _any_of([nr for nr in _ALLOWED_SYSCALLS.values() if nr not in ruled], eperm)
     return b"".join(prog)
 
 
