@@ -168,8 +168,8 @@ def test_the_worker_channel_reads_what_arrives_while_polling_or_blocked() -> Non
         assert poll.on
         # Answered long after the window: the wait blocks past it and turns polling off.
         timer = threading.Timer(0.2, ours.sendall, args=(b"late",))
+        began = time.monotonic()  # before the timer's own clock starts: it sends 0.2 s after
         timer.start()
-        began = time.monotonic()
         assert bytes(chan._view[: chan._recv(poll)]) == b"late"
         assert time.monotonic() - began >= 0.2
         assert not poll.on
