@@ -1,11 +1,12 @@
-"""The loader's memory of checked bundles, from a plugin author's side: whatever changed
-since a bundle passed (a file's source, a new module, a renamed file, the interpreter-layer
-option) is checked again, and the memory stays bounded."""
+"""The memory of checked bundles (the fork server's compiled bundles, by digest), from a
+plugin author's side: whatever changed since a bundle passed (a file's source, a new module,
+a renamed file, the interpreter-layer option) is checked again. The host remembers nothing
+but which digests the fork server holds; that memory's bounds are in
+`test_fork_server_bundle_cache`."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,37 +14,21 @@ import pytest
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.vm import create_vm_sandbox
-from suaveplan_sandbox.vm._guest import _loader
-from suaveplan_sandbox.vm._guest._loader import PluginModule, _CheckedBundles, _digest, load_plugin
+from suaveplan_sandbox.vm._guest._loader import PluginModule, _digest, load_plugin
+from suaveplan_sandbox.vm._zygote import fork_server
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[_CheckedBundles]:
-    cache = _CheckedBundles(
-        max_entries=_loader._CHECKED.max_entries, max_chars=_loader._CHECKED.max_chars
-    )
-    monkeypatch.setattr(_loader, "_CHECKED", cache)
-    yield cache
-
-
-@pytest.fixture
-def checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The module names `check_plugin_module` was asked to check, in order."""
-    seen: list[str] = []
-    real = _loader.check_plugin_module
-
-    def counting(m: PluginModule, known: set[str], top: str) -> object:
-        seen.append(m.name)
-        return real(m, known, top)
-
-    monkeypatch.setattr(_loader, "check_plugin_module", counting)
-    return seen
-
-
-def _refused(path: Path, **kwargs: bool) -> SuaveplanError:
+def _refused(path: Path) -> SuaveplanError:
     with pytest.raises(SuaveplanError) as info:
-        load_plugin(path, **kwargs)
+        load_plugin(path)
     return info.value
+
+
+def _compiles() -> int:
+    """Compile children the process-wide fork server forked so far."""
+    server = fork_server()
+    server.ping()
+    return server.compiles
 
 
 def test_a_plugin_edited_after_a_successful_create_to_import_os_is_refused_on_the_next(
@@ -123,67 +108,24 @@ def test_a_checked_bundle_is_not_handed_out_for_a_load_without_the_layer(tmp_pat
     lax = load_plugin(plugin, _without_interpreter_layer=True)
     assert (strict.interpreter_layer, lax.interpreter_layer) == (True, False)
     assert strict.digest != lax.digest
-    assert load_plugin(plugin) is strict
+    assert fork_server().holds(strict.digest)
+    assert not fork_server().holds(lax.digest)
+    assert load_plugin(plugin) == strict
 
 
 def test_an_unchanged_plugin_is_checked_once_and_a_refused_one_every_time(
-    tmp_path: Path, checks: list[str]
+    tmp_path: Path,
 ) -> None:
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text("def f():\n    return 1\n")
     bad.write_text("import os\n")
+    before = _compiles()
     first = load_plugin(good)
-    assert load_plugin(good) is first
-    assert checks == ["good"]
+    assert load_plugin(good) == first
+    assert _compiles() == before + 1
     for _ in range(2):
         assert _refused(bad).code == "SAND_VM_MODULE_IMPORT_FORBIDDEN"
-    assert checks == ["good", "bad", "bad"]
-
-
-def test_the_memory_keeps_at_most_its_bound_of_bundles_oldest_unused_first(
-    tmp_path: Path, fresh_cache: _CheckedBundles, checks: list[str]
-) -> None:
-    bound = fresh_cache.max_entries
-    assert bound == 256
-    paths = []
-    for i in range(bound + 40):
-        path = tmp_path / f"p{i}.py"
-        path.write_text(f"def f():\n    return {i}\n")
-        paths.append(path)
-    load_plugin(paths[0])
-    for path in paths[1:]:
-        load_plugin(path)
-        load_plugin(paths[0])  # kept in use: never the one dropped
-        assert len(fresh_cache) <= bound
-    assert len(fresh_cache) == bound
-    assert checks.count("p0") == 1
-    checks.clear()
-    load_plugin(paths[0])
-    load_plugin(paths[-1])
-    assert checks == []
-    load_plugin(paths[1])  # dropped long ago: checked afresh
-    assert checks == ["p1"]
-
-
-def test_the_memory_holds_a_bounded_amount_of_source(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checks: list[str]
-) -> None:
-    cache = _CheckedBundles(max_entries=256, max_chars=10_000)
-    monkeypatch.setattr(_loader, "_CHECKED", cache)
-    filler = "# " + "x" * 2_000 + "\n"
-    for i in range(20):
-        path = tmp_path / f"q{i}.py"
-        path.write_text(filler + f"X = {i}\n")
-        load_plugin(path)
-        assert cache.chars <= 10_000
-    assert 0 < len(cache) <= 5
-    big = tmp_path / "big.py"
-    big.write_text(filler * 6)
-    checks.clear()
-    load_plugin(big)
-    load_plugin(big)
-    assert checks == ["big", "big"]  # larger than the whole bound: never kept
-    assert cache.chars <= 10_000
+    assert _compiles() == before + 3
 
 
 def _module(name: str, filename: str, source: str) -> PluginModule:

@@ -1,7 +1,9 @@
 """`VmSandbox`: one hardened worker process per sandbox, served over a socketpair.
 
-Theory of operation: `create_vm_sandbox` checks the plugin on the host (`load_plugin`),
-asks the fork server for a worker and waits for `Ready`. The worker is single-threaded, so
+Theory of operation: `create_vm_sandbox` loads the plugin (`load_plugin`: it reads the
+sources, never parses them, and has the fork server check and compile them in a limited
+child unless it holds them already), asks the fork server for a worker and waits for
+`Ready`. The worker is single-threaded, so
 the host runs one *job* at a time — a plugin call or an event delivery — and queues the rest
 in FIFO order. A `loop.add_reader` callback decodes worker frames and resolves the job's
 future directly; the next queued job is sent from the same callback, so a call costs one
@@ -1244,6 +1246,10 @@ async def create_vm_sandbox(
     `redact` (an iterable of str): credentials the host holds itself, kept out of every
     diagnostic like the secret values handed out (`Gateway`'s `redact=`); adapters that
     offer `redaction_values()` declare theirs without it.
+
+    A plugin version the fork server has not seen is checked and compiled in a child of the
+    fork server with 1 GiB of memory and 30 s of CPU (`vm._compile_child`); source needing
+    more is refused (`SAND_VM_SYNTAX_FORBIDDEN`, reason `too-complex-to-compile`).
     """
     if type(busy_poll_us) is not int or not 0 <= busy_poll_us <= MAX_BUSY_POLL_US:
         raise SuaveplanError(
@@ -1257,7 +1263,12 @@ async def create_vm_sandbox(
             "log_lines_per_s must be an int >= 0, or None for no limit",
             {"argument": "log_lines_per_s"},
         )
-    bundle = load_plugin(plugin_module_path)
+    # The check: the plugin's coded refusal is raised here, before anything is opened. Off
+    # the loop: reading the sources is file I/O, and the first create of a plugin of
+    # megabytes (or a hostile one) waits seconds for the fork server's compile child, up to
+    # its CPU limit, which would stall every sandbox on this loop. A thread hop costs a few
+    # per cent of a create.
+    bundle = await asyncio.to_thread(load_plugin, plugin_module_path)
     sb = VmSandbox(_token=_PRIVATE)
     sb._plugin = plugin_name or policy.plugin
     if clock is not None:

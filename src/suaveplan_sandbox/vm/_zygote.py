@@ -2,8 +2,12 @@
 
 One `ForkServer` per host process (`fork_server()`); requests are synchronous and short
 (a fork takes milliseconds), serialised by a lock so sandboxes on any thread or loop can
-share it. EOF on the control socket marks it dead; the next request restarts it, and a
-request in flight when it died raises `SAND_VM_FORK_SERVER_FAILED`.
+share it. The one long request is the `load` of a bundle the fork server has not compiled:
+it checks and compiles it in a limited child (seconds for a plugin of megabytes) and answers
+`loaded`, or `refused` with the plugin's coded error, which `load` raises as it came (the
+host never parses plugin source itself). EOF on the control socket marks it dead; the next
+request restarts it, and a request in flight when it died raises
+`SAND_VM_FORK_SERVER_FAILED`.
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgpack
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import _accel
+from suaveplan_sandbox.vm._compile_child import DEFAULT_COMPILE_MEMORY_MB, REFUSAL_CODES
 from suaveplan_sandbox.vm._guest import PluginBundle
 from suaveplan_sandbox.vm._hardening import LAYERS
 
@@ -33,6 +39,7 @@ _BOOTSTRAP: Final = (
 )
 
 
+_T = TypeVar("_T")
 _SEND_FAILED: Final = "send"
 # Digests believed loaded in the zygote, a hint bounded like the zygote's own cache.
 _LOADED_HINTS: Final = 1024
@@ -59,6 +66,26 @@ def _failed(why: str, cause: BaseException | None = None) -> SuaveplanError:
     )
 
 
+def _refusal(wire: object) -> SuaveplanError:
+    """The plugin's coded refusal as the zygote sent it; a code no check gives is the fork
+    server's failure, never passed on as the plugin's."""
+    err = SuaveplanError.from_wire(wire)
+    if err.code not in REFUSAL_CODES:
+        return _failed("load")
+    return err
+
+
+def _once_more_if_unsent(request: Callable[[], _T]) -> _T:
+    """`request()`, retried once on a fresh zygote if it failed before anything reached the
+    one found (it died since the last request and was not reaped yet)."""
+    try:
+        return request()
+    except SuaveplanError as exc:
+        if exc.details.get("why") != _SEND_FAILED:
+            raise
+    return request()
+
+
 class ForkServer:
     """A running zygote and its control socket."""
 
@@ -71,6 +98,8 @@ class ForkServer:
         self.exited: dict[int, int] = {}
         self.live: set[int] = set()
         self.starts = 0
+        # Compile children the running zygote forked, as of the last `ping`.
+        self.compiles = 0
 
     @property
     def pid(self) -> int | None:
@@ -179,7 +208,8 @@ class ForkServer:
         dies after receiving it fails the request (it may have forked).
 
         A `require` naming no known layer is SAND_INVALID_ARGUMENT (a typo must not turn
-        into a worker that merely crashes, nor into a layer silently not required).
+        into a worker that merely crashes, nor into a layer silently not required). A bundle
+        the zygote does not hold is loaded first (see `load`; default limits).
         """
         if not set(require) <= set(LAYERS):
             raise SuaveplanError(
@@ -197,12 +227,35 @@ class ForkServer:
             lifeline=lifeline,
             busy_poll_us=busy_poll_us,
         )
-        try:
-            return fork()
-        except SuaveplanError as exc:
-            if exc.details.get("why") != _SEND_FAILED:
-                raise
-        return fork()
+        return _once_more_if_unsent(fork)
+
+    def holds(self, digest: str) -> bool:
+        """Whether the zygote is believed to hold this bundle compiled (a hint: a `fork`
+        of one it dropped loads it again)."""
+        return digest in self._loaded
+
+    def load(
+        self, bundle: PluginBundle, *, compile_memory_mb: int = DEFAULT_COMPILE_MEMORY_MB
+    ) -> None:
+        """Have the zygote check and compile `bundle`, unless it holds it already.
+
+        The check and compile run in a child of the zygote whose address space may grow by
+        `compile_memory_mb` at most (and whose CPU time is capped); the plugin's refusal
+        (forbidden import or syntax, source too complex to compile within those limits) is
+        raised with its own code. Blocks until the zygote answers: seconds for a large
+        plugin seen for the first time.
+        """
+
+        if bundle.digest in self._loaded:
+            return  # the common case, at no cost: a stale hint only means `fork` loads it
+
+        def load() -> None:
+            with self._lock:
+                ctl = self._ensure()
+                if bundle.digest not in self._loaded:
+                    self._load(ctl, bundle, compile_memory_mb)
+
+        _once_more_if_unsent(load)
 
     def _fork(
         self,
@@ -220,7 +273,7 @@ class ForkServer:
             ctl = self._ensure()
             for attempt in range(2):
                 if attempt or bundle.digest not in self._loaded:
-                    self._load(ctl, bundle)
+                    self._load(ctl, bundle, DEFAULT_COMPILE_MEMORY_MB)
                 req = {
                     "op": "fork",
                     "digest": bundle.digest,
@@ -240,20 +293,23 @@ class ForkServer:
             self.live.add(pid)
             return pid
 
-    def _load(self, ctl: socket.socket, bundle: PluginBundle) -> None:
+    def _load(self, ctl: socket.socket, bundle: PluginBundle, compile_memory_mb: int) -> None:
         wire = bundle.to_wire()
         packed = msgpack.packb(wire, use_bin_type=True)
+        req: dict[str, Any] = {"op": "load", "compile_memory_mb": compile_memory_mb}
         if len(packed) <= _INLINE_BUNDLE_BYTES:
-            rep = self._request(ctl, {"op": "load", "bundle": wire}, [])
+            rep = self._request(ctl, {**req, "bundle": wire}, [])
         else:
             fd = _anonymous_file()
             try:
                 view = memoryview(packed)
                 while view:
                     view = view[os.write(fd, view) :]
-                rep = self._request(ctl, {"op": "load", "bundle_bytes": len(packed)}, [fd])
+                rep = self._request(ctl, {**req, "bundle_bytes": len(packed)}, [fd])
             finally:
                 os.close(fd)
+        if rep.get("op") == "refused":
+            raise _refusal(rep.get("error"))
         if rep.get("op") != "loaded":
             raise _failed(str(rep.get("why", "load")))
         if len(self._loaded) >= _LOADED_HINTS:
@@ -273,7 +329,10 @@ class ForkServer:
     def ping(self) -> int:
         """The zygote's pid (starting it if needed); also collects exit notices."""
         with self._lock:
-            return int(self._request(self._ensure(), {"op": "ping"}, [])["pid"])
+            rep = self._request(self._ensure(), {"op": "ping"}, [])
+            compiles = rep.get("compiles")
+            self.compiles = compiles if type(compiles) is int else 0
+            return int(rep["pid"])
 
     def shutdown(self) -> None:
         with self._lock:

@@ -4,11 +4,16 @@ Single-threaded. Reads requests from the control SEQPACKET socket (fd 3 in its a
 `load` caches a compiled bundle by digest (the `_MAX_COMPILED` most recently used: a
 long-lived host cycling through plugin versions must not grow the zygote, and with it
 every fork's page tables, without bound; a `fork` of a dropped digest is answered
-`unknown-digest` and the host loads it again); `fork` (with one socket fd via SCM_RIGHTS) forks a
+`unknown-digest` and the host loads it again). A bundle not cached is checked and compiled
+in a short-lived child with capped memory and CPU (`_compile_child`), never in the zygote
+itself: parsing costs hundreds of times the source's size, and every worker would inherit
+the zygote's peak. It answers `loaded`, or `refused` with the plugin's coded error; a cached
+bundle costs no child. `fork` (with one socket fd via SCM_RIGHTS) forks a
 worker that hardens itself, keeps only that fd and serves calls; `bare` forks a child that only
 writes one byte (the benchmark's baseline for a fork through this server); `ping` answers its
-pid. A request that is malformed in any way (bytes, shape, fields, fds) is answered
-`{"op": "error", "code": "SAND_WIRE_ERROR", "why": ...}` and the zygote keeps serving.
+pid (and how many compile children it forked). A request that is malformed in any way
+(bytes, shape, fields, fds) is answered `{"op": "error", "code": "SAND_WIRE_ERROR", "why":
+...}` and the zygote keeps serving.
 Children are reaped with waitpid(WNOHANG) on every wake-up and reported as `exited`.
 
 Nothing outlives the host. EOF on the control socket (the host exited or was SIGKILLed; the
@@ -44,7 +49,16 @@ import msgpack
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.protocol import Failure, encode
-from suaveplan_sandbox.vm._guest import CompiledBundle, PluginBundle, compile_bundle
+from suaveplan_sandbox.vm import _compile_child
+from suaveplan_sandbox.vm._compile_child import (
+    DEFAULT_COMPILE_MEMORY_MB,
+    MAX_COMPILE_MEMORY_MB,
+    MIN_COMPILE_MEMORY_MB,
+    CompileLimits,
+    compile_in_child,
+    refusal_wire,
+)
+from suaveplan_sandbox.vm._guest import CompiledBundle, PluginBundle
 from suaveplan_sandbox.vm._hardening import (
     LAYERS,
     HardeningPlan,
@@ -225,14 +239,30 @@ def _dispatch(  # noqa: PLR0917
             raw_bundle = _bundle_in_fd(fds, req.get("bundle_bytes"), req_id)
         elif fds:
             raise _BadRequest("unexpected-fds", req_id)
+        memory_mb = req.get("compile_memory_mb", DEFAULT_COMPILE_MEMORY_MB)
+        if type(memory_mb) is not int or not (
+            MIN_COMPILE_MEMORY_MB <= memory_mb <= MAX_COMPILE_MEMORY_MB
+        ):
+            raise _BadRequest("bad-compile-limits", req_id)
         try:
             bundle = PluginBundle.from_wire(raw_bundle)
-            compiled = cache.pop(bundle.digest, None) or compile_bundle(bundle)
-            cache[bundle.digest] = compiled  # most recently used: last
-            while len(cache) > _MAX_COMPILED:
-                del cache[next(iter(cache))]
         except SuaveplanError as exc:
             raise _BadRequest(f"bundle:{exc.code}", req_id) from exc
+        compiled = cache.pop(bundle.digest, None)
+        if compiled is None:
+            limits = CompileLimits(memory_bytes=memory_mb * 1024 * 1024)
+            try:
+                compiled = compile_in_child(
+                    bundle, limits, plan=plan, close_in_child=(ctl.fileno(), *wake)
+                )
+            except SuaveplanError as exc:  # the plugin's verdict: nothing is cached
+                _send(ctl, {"op": "refused", "id": req_id, "error": refusal_wire(exc)})
+                return
+            except OSError as exc:
+                raise _BadRequest("compile-fork-failed", req_id) from exc
+        cache[bundle.digest] = compiled  # most recently used: last
+        while len(cache) > _MAX_COMPILED:
+            del cache[next(iter(cache))]
         _send(ctl, {"op": "loaded", "id": req_id})
     elif op in ("fork", "bare"):
         if not (len(fds) == 1 or (op == "fork" and len(fds) == 2)):
@@ -283,7 +313,8 @@ def _dispatch(  # noqa: PLR0917
         children.add(pid)
         _send(ctl, {"op": "forked", "id": req_id, "pid": pid})
     elif op == "ping":
-        _send(ctl, {"op": "pong", "id": req_id, "pid": os.getpid()})
+        compiles = _compile_child.forked_total
+        _send(ctl, {"op": "pong", "id": req_id, "pid": os.getpid(), "compiles": compiles})
     else:
         raise _BadRequest("unknown-op", req_id)
 

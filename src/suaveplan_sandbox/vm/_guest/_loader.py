@@ -1,11 +1,16 @@
-"""Host side: read a plugin (file or package), AST-check every module, check its imports.
+"""Host side: read a plugin (file or package) and have the fork server check and compile it;
+the check itself (`check_plugin_module`: AST-check a module and its imports).
 
-The check is a pure function of the sources and their names, so a bundle that passed is
-remembered by its content digest (`_CHECKED`): creating many sandboxes of one plugin reads
-its files each time but parses and checks them once. Any change to a file changes the
-digest and is checked afresh. The digest covers every module's name, file name, source and
-kind, and whether the interpreter layer applies, the only input of the check besides the
-module constants of `_policy`; a new option that changes the verdict must join it.
+The host only reads: `load_plugin` bounds, decodes and digests the sources and never parses
+them, because CPython's parser costs far more memory than the source's size (a 4 MiB
+`x = [a,a,...]` takes 2.7 GB). The check runs where the bundle is compiled, in a
+short-lived child of the fork server with capped memory and CPU (`vm._compile_child`), and
+the fork server keeps the result by the bundle's digest, so creating many sandboxes of one
+plugin reads its files each time but parses and checks them once.
+Any change to a file changes the digest and is checked afresh. The digest covers every
+module's name, file name, source and kind, and whether the interpreter layer applies, the
+only input of the check besides the module constants of `_policy`; a new option that
+changes the verdict must join it.
 """
 
 from __future__ import annotations
@@ -14,10 +19,8 @@ import ast
 import hashlib
 import os
 import stat
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import final
 
 from suaveplan_sandbox._untrusted_files import UnreadableFile, read_regular_file
 from suaveplan_sandbox.errors import SuaveplanError
@@ -113,53 +116,6 @@ class PluginBundle:
         return cls(name=name, digest=digest, entry=entry, modules=modules, interpreter_layer=layer)
 
 
-@final
-class _CheckedBundles:
-    """Bundles that passed the checks, by digest: at most `max_entries` of them holding at
-    most `max_chars` of names and source in all (a bigger bundle is never kept); the least
-    recently used go first."""
-
-    def __init__(self, *, max_entries: int, max_chars: int) -> None:
-        self.max_entries = max_entries
-        self.max_chars = max_chars
-        self._bundles: dict[str, tuple[PluginBundle, int]] = {}
-        self._chars = 0
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._bundles)
-
-    @property
-    def chars(self) -> int:
-        return self._chars
-
-    def get(self, digest: str) -> PluginBundle | None:
-        with self._lock:
-            hit = self._bundles.pop(digest, None)
-            if hit is None:
-                return None
-            self._bundles[digest] = hit  # most recently used: last
-            return hit[0]
-
-    def add(self, bundle: PluginBundle) -> None:
-        size = sum(len(m.name) + len(m.filename) + len(m.source) for m in bundle.modules)
-        if size > self.max_chars:
-            return
-        with self._lock:
-            if bundle.digest in self._bundles:
-                return
-            while self._bundles and (
-                len(self._bundles) >= self.max_entries or self._chars + size > self.max_chars
-            ):
-                _, dropped = self._bundles.pop(next(iter(self._bundles)))
-                self._chars -= dropped
-            self._bundles[bundle.digest] = (bundle, size)
-            self._chars += size
-
-
-_CHECKED = _CheckedBundles(max_entries=256, max_chars=64 * 1024 * 1024)
-
-
 def _digest(modules: tuple[PluginModule, ...], interpreter_layer: bool = True) -> str:
     h = hashlib.sha256()
     if not interpreter_layer:
@@ -214,7 +170,9 @@ def resolve_import(  # noqa: PLR0917
 def load_plugin(
     plugin_module_path: str | os.PathLike[str], *, _without_interpreter_layer: bool = False
 ) -> PluginBundle:
-    """Read and check a plugin.
+    """Read a plugin and have the fork server check and compile it (`ForkServer.load`),
+    unless it holds it already; the plugin's refusal is raised with its code. The sources
+    are bounded, decoded and digested here, never parsed (see the module docstring).
 
     The path the host names is followed if it is a link; inside a package folder nothing
     may be one (a `.py` file or folder that is a link is SAND_INVALID_ARGUMENT, reason
@@ -224,9 +182,10 @@ def load_plugin(
     A package is bounded as a whole (`_MAX_ENTRIES`, `_MAX_BUNDLE_SOURCE`).
 
     `_without_interpreter_layer` is test-only (the escape corpus's process-layer-alone run):
-    no AST or import check, and the worker runs the source with the real builtins (and logs
-    a warning that it does). Only the escape corpus harness passes it; no public API, CLI
-    option, plugin or manifest value reaches it.
+    only read here; the fork server compiles the source (at the fork) without the AST or
+    import check, and the worker runs it with the real builtins (and logs a warning that it
+    does). Only the escape corpus
+    harness passes it; no public API, CLI option, plugin or manifest value reaches it.
     """
     path = Path(plugin_module_path)
     modules: list[PluginModule] = []
@@ -258,25 +217,23 @@ def load_plugin(
     _check_names(modules)
     layer = not _without_interpreter_layer
     mods = tuple(modules)
-    digest = _digest(mods, layer)
-    cached = _CHECKED.get(digest)
-    if cached is not None:
-        return cached
-    if layer:
-        known = {m.name for m in modules}
-        for m in modules:
-            check_plugin_module(m, known, top)
     bundle = PluginBundle(
-        name=top, digest=digest, entry=entry, modules=mods, interpreter_layer=layer
+        name=top, digest=_digest(mods, layer), entry=entry, modules=mods, interpreter_layer=layer
     )
-    _CHECKED.add(bundle)
+    if layer:
+        # Host side only (the fork server never loads a plugin): imported here, not at the
+        # top, because the fork server imports this module.
+        from suaveplan_sandbox.vm._zygote import fork_server
+
+        fork_server().load(bundle)
     return bundle
 
 
 def check_plugin_module(m: PluginModule, known: set[str], top: str) -> ast.Module:
     """AST-check one plugin module and every import it makes; returns the checked tree.
 
-    Used at load (host) and again before compiling (worker): never trust the wire.
+    Used by `compile_bundle`, in the fork server's limited compile child only: the host
+    never parses plugin source.
     """
     try:
         tree, imports = check_module(m.source, m.filename)

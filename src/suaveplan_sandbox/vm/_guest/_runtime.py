@@ -718,7 +718,8 @@ def prepare_worker_interpreter() -> None:
 
 
 def compile_bundle(bundle: PluginBundle) -> CompiledBundle:
-    """Re-check every module (never trust the wire) and compile it.
+    """Check every module and compile it: in the fork server's limited compile child
+    (`vm._compile_child`) only, never in a process that must outlive the plugin's source.
 
     A bundle loaded for the test-only process-layer-alone run is compiled unchecked.
     """
