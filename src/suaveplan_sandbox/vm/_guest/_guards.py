@@ -18,8 +18,10 @@ UserList's `__copy__` (keys of a `__dict__` the plugin answers, written into a r
 `cached_property`'s cache store (a write of its `attrname`, likewise), dataclasses'
 `_get_field` (a plugin `Field` subclass's `name` pasted into exec'd source), copy's
 `deepcopy` (a plugin `__deepcopy__` was handed the memo, with the copied state of foreign
-objects in it) and dataclasses' `inspect.signature` (signature text `eval`ed by name).
-They patch classes, so they run in the fork server before sealing, like the Protocol guard.
+objects in it), dataclasses' `inspect.signature` (signature text `eval`ed by name) and
+dataclasses' readers `fields`/`replace` (an instance `__dataclass_fields__` read natively).
+`g_attr_hook` keeps a plugin class from answering `__class__`/`__dict__`. The guards patch
+classes and modules, so they run in the fork server before sealing, like the Protocol guard.
 """
 
 from __future__ import annotations
@@ -35,15 +37,17 @@ import dataclasses
 import enum
 import functools
 import keyword
+import sys
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, NoReturn
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest._policy import (
     CLASS_STAMP,
     FORMAT_ATTRS,
+    SPOOFABLE_ATTRS,
     check_format_string,
     is_forbidden_attr,
     is_guarded_attr,
@@ -408,6 +412,165 @@ def check_dataclass_fields(cls: type, extra: tuple[object, ...] = ()) -> None:
             raise forbidden("a dataclass field may not name an attribute the plugin does not own")
 
 
+_OBJECT_GETATTRIBUTE: Final = object.__getattribute__
+
+
+class _RefusedAttr:
+    """What a plugin class's own `__class__` or `__dict__` becomes: a data descriptor (so no
+    instance dict entry shadows it) whose every use raises. Not AttributeError: that would
+    hand the name on to the class's `__getattr__`."""
+
+    __slots__ = ()
+
+    def __get__(self, instance: object, owner: object = None) -> NoReturn:
+        raise forbidden("a class may not define __class__ or __dict__")
+
+    def __set__(self, instance: object, value: object) -> NoReturn:
+        raise forbidden("a class may not define __class__ or __dict__")
+
+    def __delete__(self, instance: object) -> NoReturn:
+        raise forbidden("a class may not define __class__ or __dict__")
+
+
+_REFUSED_ATTR: Final = _RefusedAttr()
+
+
+def _bound(hook: object, instance: object) -> Any:
+    # How CPython calls a `__getattribute__`/`__getattr__` found on the type: through the
+    # descriptor protocol (a function, a static or class method, a property's value).
+    get = getattr(type(hook), "__get__", None)
+    return get(hook, instance, type(instance)) if get is not None else hook
+
+
+def _exact_name(name: object) -> object:
+    # Not isinstance(): that would read `name.__class__`.
+    return str.__str__(name) if type(name) is not str and issubclass(type(name), str) else name
+
+
+def g_attr_hook(name: str) -> Callable[[object], object]:
+    """`__sp_attr_hook__(name)`: the outermost decorator of a class body's `__class__`,
+    `__dict__`, `__getattribute__` and `__getattr__`. Standard-library code takes
+    `obj.__class__` and `obj.__dict__` for the real class and instance dict: dataclasses'
+    generated `__eq__` and ordering compare `other.__class__ is self.__class__` and then read
+    every field, private ones too, from the other object, so a plugin answering a foreign
+    class there read `ForwardRef._evaluate` (an `eval` with the real builtins) off a
+    `ForwardRef`; UserDict's `__copy__` wrote the keys of an answered `__dict__` into a real
+    one. A class's own `__class__`/`__dict__` raise when used; its `__getattribute__` never
+    sees those two names (they come from object's lookup) and its `__getattr__` is never
+    asked for them."""
+    if name in SPOOFABLE_ATTRS:
+        return lambda value: _REFUSED_ATTR
+    if name == "__getattribute__":
+
+        def wrap_getattribute(hook: object) -> object:
+            def __getattribute__(self: object, attr: str) -> object:
+                attr = _exact_name(attr)  # type: ignore[assignment]
+                if attr in SPOOFABLE_ATTRS:
+                    return _OBJECT_GETATTRIBUTE(self, attr)
+                return _bound(hook, self)(attr)
+
+            return __getattribute__
+
+        return wrap_getattribute
+    if name == "__getattr__":
+
+        def wrap_getattr(hook: object) -> object:
+            def __getattr__(self: object, attr: str) -> object:
+                attr = _exact_name(attr)  # type: ignore[assignment]
+                if attr in SPOOFABLE_ATTRS:
+                    raise AttributeError(attr)
+                return _bound(hook, self)(attr)
+
+            return __getattr__
+
+        return wrap_getattr
+    raise forbidden("no attribute hook of that name")
+
+
+_DC_FIELDS: Final = "__dataclass_fields__"
+_TYPE_LOOKUP: Final = _b.type.__dict__["__getattribute__"]
+# Classes whose fields passed the check, by id, with the dict that passed (see `_class_fields`).
+_DC_CHECKED: dict[int, tuple[weakref.ref[type], dict[str, Any], int]] = {}
+
+
+def _class_fields(class_or_instance: object) -> dict[str, Any]:
+    """The fields dataclasses may trust for `class_or_instance`: the class's own (or a base's)
+    `__dataclass_fields__`, found by the type's own lookup, never an instance attribute or
+    what a plugin `__getattribute__` answers. dataclasses' `fields()`, `replace()` and what
+    builds on them (`asdict`, `astuple`, a frozen slotted class's pickling) read each field
+    with a native `getattr(obj, field.name)`: an instance `__dataclass_fields__` (planted
+    through copy's state, e.g. the real instance dict a shallow `copy.copy` hands a plugin's
+    `__setstate__`) naming `format` read the unguarded `str.format` of a `str` subclass. So
+    every name must also be one the plugin may read on an instance of the class."""
+    t = type(class_or_instance)
+    cls: Any = class_or_instance if issubclass(t, _b.type) else t
+    try:
+        fields = _TYPE_LOOKUP(cls, _DC_FIELDS)
+    except AttributeError:
+        raise TypeError("must be called with a dataclass type or instance") from None
+    if type(fields) is not dict:
+        raise forbidden("malformed dataclass fields")
+    done = _DC_CHECKED.get(id(cls))
+    if done is not None and done[0]() is cls and done[1] is fields and done[2] == len(fields):
+        return fields
+    for key, f in fields.items():
+        if type(f) is not dataclasses.Field or type(key) is not str or f.name != key:
+            raise forbidden("malformed dataclass fields")
+        if not _field_name_ok(key) or (is_guarded_attr(key) and not instance_attr_ok(cls, key)):
+            raise forbidden("a dataclass field may not name an attribute the plugin cannot read")
+    # Field names are set once (`_write_once_field_name`) and only trusted code holds the
+    # dict, so a class checked with this very dict, as long, needs no second look.
+    key_id = id(cls)
+    _DC_CHECKED[key_id] = (
+        weakref.ref(cls, lambda _ref: _DC_CHECKED.pop(key_id, None)),
+        fields,
+        len(fields),
+    )
+    return fields
+
+
+def guarded_fields(class_or_instance: object) -> tuple[Any, ...]:
+    """dataclasses.fields over the class's own checked fields (see `_class_fields`)."""
+    regular = dataclasses._FIELD  # type: ignore[attr-defined]
+    return tuple(f for f in _class_fields(class_or_instance).values() if f._field_type is regular)
+
+
+# replace()'s own complaints: ValueError through 3.12, TypeError from 3.13.
+_REPLACE_ERROR: Final = TypeError if sys.version_info >= (3, 13) else ValueError
+
+
+def _replace_checked(obj: Any, changes: dict[str, Any]) -> object:
+    classvar = dataclasses._FIELD_CLASSVAR  # type: ignore[attr-defined]
+    initvar = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
+    for f in _class_fields(obj).values():
+        if f._field_type is classvar:
+            continue
+        if not f.init:
+            if f.name in changes:
+                raise _REPLACE_ERROR(
+                    f"field {f.name} is declared with init=False, it cannot be specified "
+                    "with replace()"
+                )
+            continue
+        if f.name not in changes:
+            if f._field_type is initvar and f.default is dataclasses.MISSING:
+                raise _REPLACE_ERROR(f"InitVar {f.name!r} must be specified with replace()")
+            changes[f.name] = getattr(obj, f.name)
+    return obj.__class__(**changes)
+
+
+def guarded_replace(obj: Any, /, **changes: Any) -> object:
+    """dataclasses.replace (3.11-3.13) over the class's own checked fields."""
+    if not hasattr(type(obj), _DC_FIELDS):
+        raise TypeError("replace() should be called on dataclass instances")
+    return _replace_checked(obj, changes)
+
+
+def guarded_replace_method(self: Any, /, **changes: Any) -> object:
+    """3.13's `_replace`, which dataclasses installs as each class's `__replace__`."""
+    return _replace_checked(self, changes)
+
+
 def g_dunder_def(value: object) -> object:
     """`__sp_dunder_def__`: a decorated dunder method must still be a method."""
     if type(value) is types.FunctionType or type(value) is property:
@@ -437,20 +600,28 @@ def _state_ok(y: object, state: object, strict: bool) -> dict[str, object]:
     return out
 
 
-def _foreign_setstate(y: object, state: object) -> object:
-    """The plugin's state for a `__setstate__` it did not write. Some set every key of a
-    dict as an attribute or put it in the instance's `__dict__` (`BaseException`'s, the
-    dict ending `io.StringIO`/`BytesIO`'s and `functools.partial`'s state): a dunder such
-    as an instance `__dataclass_fields__` that `dataclasses.asdict()` trusts. Those dicts
-    are checked like the state copy sets itself; a plugin's own `__setstate__` gets it as is."""
+def _setstate_state(y: object, state: object) -> object:
+    """The state a copy of the plugin's object hands `y.__setstate__`, its dicts never the
+    ones it was given. A shallow `copy.copy` of a plugin object that keeps object's own
+    `__reduce_ex__` passes the original's real instance `__dict__` (object's `__getstate__`
+    returns it, not a copy): the plugin's own `__setstate__` wrote a dunder key into it, an
+    instance `__dataclass_fields__` naming `format`. So the plugin's own `__setstate__` gets
+    copies; one it did not write (some set every key of a dict as an attribute or put it in
+    the instance's `__dict__`: `BaseException`'s, the dict ending `io.StringIO`/`BytesIO`'s
+    and `functools.partial`'s state) gets them checked like the state copy sets itself,
+    dict subclasses included (`BaseException.__setstate__` takes any dict)."""
     owner = _owner(type(y).__mro__, "__setstate__")
-    if owner is not None and owner in PLUGIN_CLASSES:
-        return state
-    if type(state) is dict:
-        return _state_ok(y, state, strict=True)
-    if type(state) is tuple and state and type(state[-1]) is dict:
-        return (*state[:-1], _state_ok(y, state[-1], strict=True))
-    return state
+    own = owner is not None and owner in PLUGIN_CLASSES
+
+    def fix(d: object) -> object:
+        # Not isinstance(): that would read the plugin's `__class__`.
+        if not issubclass(type(d), dict):
+            return d
+        return dict(d) if own else _state_ok(y, d, strict=True)  # type: ignore[call-overload]
+
+    if issubclass(type(state), tuple):
+        return tuple(fix(item) for item in state)  # type: ignore[attr-defined]
+    return fix(state)
 
 
 def _trusted_deepcopy_hook(cls: type) -> bool:
@@ -539,7 +710,7 @@ def guarded_reconstruct(  # noqa: PLR0917 - copy._reconstruct's own signature
             state = deepcopy(state, memo)
         if hasattr(y, "__setstate__"):
             if strict:
-                state = _foreign_setstate(y, state)
+                state = _setstate_state(y, state)
             y.__setstate__(state)
         else:
             if isinstance(state, tuple) and len(state) == 2:
@@ -770,6 +941,13 @@ def install_stdlib_guards() -> None:
     dataclasses_module: Any = dataclasses
     dataclasses_module._get_field = _exact_field(dataclasses_module._get_field)
     dataclasses_module.inspect = _dataclasses_inspect(dataclasses_module.inspect)
+    # The module globals, for dataclasses' own callers (`asdict`/`astuple` through
+    # `_asdict_inner`, a frozen slotted class's `__getstate__`, `__replace__` on 3.13); the
+    # facade hands out the same functions.
+    dataclasses_module.fields = guarded_fields
+    dataclasses_module.replace = guarded_replace
+    if hasattr(dataclasses_module, "_replace"):
+        dataclasses_module._replace = guarded_replace_method
 
     meta: Any = enum.EnumType
     create = meta._create_

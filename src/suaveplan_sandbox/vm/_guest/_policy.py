@@ -89,6 +89,7 @@ GUARD_FORMAT: Final = "__sp_format__"
 GUARD_PRIVATE: Final = "__sp_private__"
 GUARD_DUNDER_DEF: Final = "__sp_dunder_def__"
 GUARD_PURE: Final = "__sp_pure_self__"
+GUARD_ATTR_HOOK: Final = "__sp_attr_hook__"
 PURE_FLAG: Final = "__sp_self__"
 GUARD_CLASS_STAMP: Final = "__sp_class_stamp__"
 CLASS_STAMP: Final = "__sp_class__"
@@ -100,6 +101,13 @@ FORMAT_ATTRS: Final = frozenset({"format", "format_map"})
 # on their origin (`typing.Type.nope` fails on the real `type`). Checked like `_private`
 # names: readable only where they resolve to the plugin's own attribute.
 OWNED_ONLY_ATTRS: Final = frozenset({"obj"})
+# What standard-library code reads as `obj.__class__`/`obj.__dict__` it takes for the
+# object's real class and instance dict (dataclasses' `__eq__` compares `__class__` and then
+# reads each field, private ones too, from the other object). A plugin class's own
+# definitions of these names, and its `__getattribute__`/`__getattr__`, are wrapped by
+# `__sp_attr_hook__` (see `_guards.g_attr_hook`) so that neither can answer them.
+SPOOFABLE_ATTRS: Final = frozenset({"__class__", "__dict__"})
+ATTR_HOOKS: Final = frozenset({"__getattribute__", "__getattr__"})
 
 _ALLOWED_NODES: Final[tuple[type[ast.AST], ...]] = (
     ast.Module,
@@ -326,6 +334,15 @@ class _Checker(ast.NodeTransformer):
             node.decorator_list.insert(
                 0, ast.copy_location(ast.Name(id=GUARD_DUNDER_DEF, ctx=ast.Load()), node)
             )
+        if saved and (name in SPOOFABLE_ATTRS or name in ATTR_HOOKS):
+            # Outermost of all: what the class gets is the runtime's wrapper, from the
+            # moment the class exists (a base's `__init_subclass__` already sees it).
+            hook = ast.Call(
+                func=ast.Name(id=GUARD_ATTR_HOOK, ctx=ast.Load()),
+                args=[ast.Constant(name)],
+                keywords=[],
+            )
+            node.decorator_list.insert(0, ast.copy_location(hook, node))
         _check_self_once(node)
         return node
 

@@ -30,10 +30,13 @@ from suaveplan_sandbox.vm._guest._guards import (
     build_plugin_class,
     check_dataclass_fields,
     check_match_args,
+    g_attr_hook,
     g_class_stamp,
     g_dunder_def,
     g_private,
     g_pure,
+    guarded_fields,
+    guarded_replace,
     install_stdlib_guards,
     mark_plugin_class,
     private_ok,
@@ -46,6 +49,7 @@ from suaveplan_sandbox.vm._guest._policy import (
     ALLOWED_MODULES,
     DIRECT_EVAL,
     FORMAT_ATTRS,
+    GUARD_ATTR_HOOK,
     GUARD_CLASS_STAMP,
     GUARD_DUNDER_DEF,
     GUARD_FORMAT,
@@ -477,7 +481,11 @@ def install_protocol_guard() -> None:
 
 _GUARDED_MEMBERS: Final[dict[str, dict[str, object]]] = {
     "functools": {"update_wrapper": _g_update_wrapper, "wraps": _g_wraps},
-    "dataclasses": {"dataclass": _g_dataclass},
+    "dataclasses": {
+        "dataclass": _g_dataclass,
+        "fields": guarded_fields,
+        "replace": guarded_replace,
+    },
     "typing": {
         "runtime_checkable": _g_runtime_checkable,
         "get_origin": _g_get_origin,
@@ -677,6 +685,7 @@ def _shared_builtins() -> dict[str, object]:
             GUARD_PURE: g_pure,
             GUARD_CLASS_STAMP: g_class_stamp,
             GUARD_DUNDER_DEF: g_dunder_def,
+            GUARD_ATTR_HOOK: g_attr_hook,
             "__build_class__": _build_class,
             "__name__": "builtins",
         }
