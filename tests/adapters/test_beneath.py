@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from _descriptors import descriptors_under
 from suaveplan_sandbox.adapters import _beneath
 from suaveplan_sandbox.adapters._beneath import (
     open_component,
@@ -69,19 +70,8 @@ def _same_dir(fd: int, path: Path) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _open_fds(under: Path) -> int:
-    """Descriptors of this process open on `under`'s parent or beneath it (this test's only:
-    other threads of the test process open and close descriptors of their own meanwhile)."""
-    top = str(under.parent)
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target == top or target.startswith(top + "/"):
-            count += 1
-    return count
+def _open_fds(tree: Path) -> int:
+    return descriptors_under(tree.parent)  # the tree and the "outside" beside it
 
 
 @pytest.mark.parametrize("use_openat2", MODES)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from _descriptors import descriptors_under
 from suaveplan_sandbox.adapters._beneath import openat2_available
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.wasm import _sandbox
@@ -28,20 +29,6 @@ def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> boo
 
 def _spec(host: Path) -> PreopenSpec:
     return PreopenSpec(host=host, guest="/" + host.name, writable=False)
-
-
-def _fd_count(under: Path) -> int:
-    """Descriptors of this process open on `under` or beneath it (only this test's: other
-    threads of the test process open and close descriptors of their own meanwhile)."""
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target == str(under) or target.startswith(f"{under}/"):
-            count += 1
-    return count
 
 
 def test_each_preopen_is_its_directory(root: Path, mode: bool) -> None:
@@ -70,8 +57,8 @@ def test_a_component_swapped_for_a_link_after_vetting_is_refused_and_nothing_lea
     decoy = real.parent / "decoy"
     os.rename(target, decoy)
     target.symlink_to(decoy, target_is_directory=True)
-    before = _fd_count(real.parent)
+    before = descriptors_under(real.parent)
     with pytest.raises(SuaveplanError) as info:
         open_preopens(specs)
     assert info.value.code == "SAND_WASM_PREOPEN_DENIED"
-    assert _fd_count(real.parent) == before
+    assert descriptors_under(real.parent) == before

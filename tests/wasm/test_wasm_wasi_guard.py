@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import Final
 
 import pytest
 
+from _descriptors import descriptors_under
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
@@ -101,21 +101,6 @@ def _budget_count(metrics: InMemoryMetrics, budget: str) -> float:
 def _guest_threads(sb: WasmSandbox) -> list[threading.Thread]:
     executor = sb._executor
     return [] if executor is None else list(executor._threads)
-
-
-def _fds(under: Path) -> int:
-    """Descriptors of this process open on `under` or beneath it: the guest's files and
-    preopens, not what other threads of the test process (a compile child's socket, a
-    finalizer of an earlier test's objects) open and close meanwhile."""
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target == str(under) or target.startswith(f"{under}/"):
-            count += 1
-    return count
 
 
 async def _released(threads: list[threading.Thread]) -> bool:
@@ -229,9 +214,9 @@ async def test_a_guest_holds_at_most_max_open_files_host_descriptors(
     async with await create_wasm_sandbox(
         wasm_module_path=wat(GUARD_WAT), policy=policy(root, wallClockMs=60_000, memoryMb=16)
     ) as sb:
-        before = _fds(root)
+        before = descriptors_under(root)
         assert await sb.call("open_many", 1000) == MAX_OPEN_FILES
-        assert _fds(root) - before <= MAX_OPEN_FILES
+        assert descriptors_under(root) - before <= MAX_OPEN_FILES
         assert await sb.call("open") == Errno.MFILE
         # Closing one frees its place; closing something it did not open frees nothing.
         first = 4  # after stdio (0-2) and the preopen (3)
@@ -243,7 +228,7 @@ async def test_a_guest_holds_at_most_max_open_files_host_descriptors(
         assert await sb.call("renumber", first + 1, first + 2) == Errno.SUCCESS
         assert await sb.call("open") == Errno.SUCCESS
         assert await sb.call("open") == Errno.MFILE
-    assert _fds(root) <= before
+    assert descriptors_under(root) <= before
 
 
 async def test_each_run_has_its_own_open_file_count_and_gives_its_files_back(
@@ -253,6 +238,6 @@ async def test_each_run_has_its_own_open_file_count_and_gives_its_files_back(
         wasm_module_path=wat(GUARD_WAT), policy=policy(root, wallClockMs=60_000, memoryMb=16)
     ) as sb:
         assert await sb.call("open_many", MAX_OPEN_FILES) == MAX_OPEN_FILES
-        before = _fds(root)
+        before = descriptors_under(root)
         assert (await sb.run()).exit_code == 0  # its own instance: its open succeeds
-        assert _fds(root) == before
+        assert descriptors_under(root) == before
