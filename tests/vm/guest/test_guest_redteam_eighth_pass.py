@@ -17,10 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _redteam_support import create_plugin, outcome
 
-from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
+from suaveplan_sandbox.vm import VmSandbox
 from suaveplan_sandbox.vm._guest._policy import ALLOWED_MODULES
 from suaveplan_sandbox.vm._guest._runtime import module_facade
 
@@ -155,16 +154,7 @@ def legit():
 
 
 async def _create(tmp_path: Path, source: str) -> VmSandbox:
-    (tmp_path / "plugin.py").write_text(source)
-    policy = PermissionPolicy.from_manifest({"name": "redteam8"}, root=tmp_path)
-    return await create_vm_sandbox(plugin_module_path=tmp_path / "plugin.py", policy=policy)
-
-
-async def _outcome(sb: VmSandbox, name: str) -> object:
-    try:
-        return ("ok", await sb.call(name))
-    except SuaveplanError as err:
-        return err.code
+    return await create_plugin(tmp_path, source, name="redteam8")
 
 
 async def test_wraps_never_copies_a_foreign_classs_private_members(tmp_path: Path) -> None:
@@ -190,12 +180,12 @@ async def test_user_dict_and_list_copies_never_write_a_dunder_key(
     tmp_path: Path, name: str
 ) -> None:
     async with await _create(tmp_path, ROUTES) as sb:
-        assert await _outcome(sb, name) == FORBIDDEN
+        assert await outcome(sb, name) == FORBIDDEN
 
 
 async def test_dataclass_applies_to_classes_only(tmp_path: Path) -> None:
     async with await _create(tmp_path, ROUTES) as sb:
-        assert await _outcome(sb, "dataclass_of_an_instance") == FORBIDDEN
+        assert await outcome(sb, "dataclass_of_an_instance") == FORBIDDEN
 
 
 async def test_copies_and_dataclasses_keep_working(tmp_path: Path) -> None:

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _redteam_support import create_plugin, outcome
 
 from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
+from suaveplan_sandbox.vm import VmSandbox
 from suaveplan_sandbox.vm._guest._guards import guarded_fields, guarded_replace
 from suaveplan_sandbox.vm._guest._policy import GUARD_ATTR_HOOK, check_module
 from suaveplan_sandbox.vm._guest._runtime import module_facade
@@ -233,16 +233,7 @@ def legit():
 
 
 async def _create(tmp_path: Path, source: str) -> VmSandbox:
-    (tmp_path / "plugin.py").write_text(source)
-    policy = PermissionPolicy.from_manifest({"name": "redteam9"}, root=tmp_path)
-    return await create_vm_sandbox(plugin_module_path=tmp_path / "plugin.py", policy=policy)
-
-
-async def _outcome(sb: VmSandbox, name: str) -> object:
-    try:
-        return ("ok", await sb.call(name))
-    except SuaveplanError as err:
-        return err.code
+    return await create_plugin(tmp_path, source, name="redteam9")
 
 
 async def test_a_plugin_setstate_gets_a_copy_never_the_real_instance_dict(
@@ -258,13 +249,13 @@ async def test_a_plugin_setstate_gets_a_copy_never_the_real_instance_dict(
 
 async def test_a_dict_subclass_state_is_checked_for_a_foreign_setstate(tmp_path: Path) -> None:
     async with await _create(tmp_path, ROUTES) as sb:
-        assert await _outcome(sb, "dict_subclass_state_for_a_foreign_setstate") == FORBIDDEN
+        assert await outcome(sb, "dict_subclass_state_for_a_foreign_setstate") == FORBIDDEN
 
 
 async def test_dataclass_eq_never_sees_a_class_answered_by_a_property(tmp_path: Path) -> None:
     async with await _create(tmp_path, ROUTES) as sb:
-        assert await _outcome(sb, "eq_with_a_class_property") == FORBIDDEN
-        assert await _outcome(sb, "a_class_property_raises_when_used") == FORBIDDEN
+        assert await outcome(sb, "eq_with_a_class_property") == FORBIDDEN
+        assert await outcome(sb, "a_class_property_raises_when_used") == FORBIDDEN
 
 
 async def test_a_getattribute_hook_never_answers_class_or_dict(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _redteam_support import create_plugin, outcome
 
 from suaveplan_sandbox.errors import SuaveplanError
-from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
+from suaveplan_sandbox.vm import VmSandbox
 from suaveplan_sandbox.vm._guest import load_plugin
 
 FORBIDDEN = "SAND_VM_ATTRIBUTE_FORBIDDEN"
@@ -154,16 +154,7 @@ def legit():
 
 
 async def _create(tmp_path: Path, source: str) -> VmSandbox:
-    (tmp_path / "plugin.py").write_text(source)
-    policy = PermissionPolicy.from_manifest({"name": "redteam6"}, root=tmp_path)
-    return await create_vm_sandbox(plugin_module_path=tmp_path / "plugin.py", policy=policy)
-
-
-async def _outcome(sb: VmSandbox, name: str) -> object:
-    try:
-        return ("ok", await sb.call(name))
-    except SuaveplanError as err:
-        return err.code
+    return await create_plugin(tmp_path, source, name="redteam6")
 
 
 async def test_a_plugin_deepcopy_hook_never_sees_the_copys_memo(tmp_path: Path) -> None:
@@ -191,7 +182,7 @@ async def test_dataclasses_never_evaluates_a_plugins_signature_text(
 @pytest.mark.parametrize("name", ["obj_in_a_format_field", "obj_in_a_nested_format_spec"])
 async def test_a_format_field_may_not_name_obj(tmp_path: Path, name: str) -> None:
     async with await _create(tmp_path, ROUTES) as sb:
-        assert await _outcome(sb, name) == FORBIDDEN
+        assert await outcome(sb, name) == FORBIDDEN
 
 
 async def test_facades_hold_no_type_that_type_refuses(tmp_path: Path) -> None:
