@@ -13,7 +13,7 @@ import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.progress import Progress
@@ -36,7 +36,11 @@ class HarnessResult:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
+FACTORY_NAMES: Final = ("make_checker", "make_vm_sandbox", "make_wasm_sandbox")
+
+
 def load_host(spec: str | None) -> dict[str, Any]:
+    """The factories `spec` (`MODULE:OBJECT`, or None for ours) provides, by name."""
     if spec is None:
         from suaveplan_sandbox.vm import create_vm_sandbox
         from suaveplan_sandbox.wasm import create_wasm_sandbox
@@ -51,9 +55,7 @@ def load_host(spec: str | None) -> dict[str, Any]:
         raise ValueError("--host is MODULE:OBJECT")
     obj = getattr(importlib.import_module(module_name), attr)
     return {
-        name: getattr(obj, name)
-        for name in ("make_checker", "make_vm_sandbox", "make_wasm_sandbox")
-        if callable(getattr(obj, name, None))
+        name: getattr(obj, name) for name in FACTORY_NAMES if callable(getattr(obj, name, None))
     }
 
 
@@ -78,8 +80,8 @@ def _steps(host: dict[str, Any]) -> list[tuple[str, str, Callable[[], None]]]:
     return steps
 
 
-def run_conformance(spec: str | None, console: Console) -> dict[str, HarnessResult]:
-    host = load_host(spec)
+def run_conformance(host: dict[str, Any], console: Console) -> dict[str, HarnessResult]:
+    """Run each harness `host` (from `load_host`) has a factory for."""
     results = {name: HarnessResult(name) for name in ("permissions", "vm", "wasm")}
     for name, key in (
         ("permissions", "make_checker"),

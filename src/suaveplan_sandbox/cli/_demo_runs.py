@@ -9,6 +9,7 @@ the records; the console output says the same thing for people).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -54,9 +55,12 @@ Record = dict[str, Any]
 
 
 def plain(value: object) -> object:
-    """A guest's result as JSON-ready data (tuples become lists, bytes hex, keys strings)."""
+    """A guest's result as JSON-ready data (tuples become lists, bytes hex, keys strings,
+    a NaN or infinite float `{"float": "nan" | "inf" | "-inf"}`: `NaN` is not JSON)."""
     if isinstance(value, bytes):
         return {"bytes": value.hex()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": str(value)}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     if isinstance(value, dict):

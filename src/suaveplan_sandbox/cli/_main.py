@@ -1,13 +1,17 @@
 """`suaveplan-sandbox`: check and explain decisions, validate manifests, run the demo.
 
 Exit codes (documented in the README and `--help`): 0 allow / success, 1 deny, 2 invalid
-input (bad manifest, bad arguments), 3 internal error.
+input (bad manifest, bad arguments), 3 internal error (also: the output could not be
+written), 130 interrupted (Ctrl-C), 141 whoever read the output went away (EPIPE).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import ipaddress
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -29,6 +33,11 @@ EXIT_ALLOW: Final = 0
 EXIT_DENY: Final = 1
 EXIT_INVALID: Final = 2
 EXIT_INTERNAL: Final = 3
+# As a shell reports a process that a signal ended (128 + the signal): Ctrl-C (SIGINT), and
+# a reader that went away (the SIGPIPE a C program would have died of), so a pipeline
+# (`... | head -1`, `set -o pipefail`) never reads either as an allow, a deny or a bad input.
+EXIT_INTERRUPTED: Final = 130
+EXIT_BROKEN_PIPE: Final = 141
 
 _BROAD_FS: Final = frozenset({"*", "./*", "rw:*", "rw:./*", "/*"})
 
@@ -147,7 +156,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Run untrusted plugins with exactly the capabilities their manifest declares.
 
     Exit codes: 0 allow/success, 1 deny (or a plugin refused / over budget), 2 invalid input
-    or any other coded error, 3 internal error.
+    or any other coded error, 3 internal error (or the output could not be written), 130
+    interrupted (Ctrl-C), 141 the reader of the output went away (broken pipe).
     """
     ctx.obj = {"debug": debug}
 
@@ -353,9 +363,11 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
     from suaveplan_sandbox.cli._run import run_plugin
 
     try:
-        args = json.loads(args_json)
+        args = json.loads(args_json, parse_constant=_not_json)
     except ValueError as exc:
-        raise click.UsageError(f"--args is not JSON: {exc}") from None
+        raise click.UsageError(f"--args is not JSON: {exc}"[:300]) from None
+    except RecursionError:  # `[[[[…`: the parser recurses per level
+        raise click.UsageError("--args is not JSON: nested too deeply") from None
     if not isinstance(args, list):
         raise click.UsageError("--args is a JSON list")
     try:
@@ -387,6 +399,11 @@ def run_command(  # noqa: PLR0917 — click passes options positionally
     sys.exit(EXIT_ALLOW)
 
 
+def _not_json(constant: str) -> object:
+    """`--args` is JSON: Python's `NaN`, `Infinity` and `-Infinity` extensions are not."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
 _REFUSALS: Final = frozenset(
     {"SAND_PERM_DENIED", "BUDGET_EXCEEDED", "SAND_WASM_OUTBOUND_DENIED", "SAND_WASM_PREOPEN_DENIED"}
 )
@@ -399,13 +416,17 @@ def conformance(host: str | None, as_json: bool) -> None:
     """Run the permissions, VM and WASM conformance harnesses (exit 1 if any scenario fails)."""
     from rich.console import Console
 
-    from suaveplan_sandbox.cli._conformance import run_conformance
+    from suaveplan_sandbox.cli._conformance import FACTORY_NAMES, load_host, run_conformance
 
     console = Console(stderr=as_json)
     try:
-        results = run_conformance(host, console)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise click.UsageError(f"--host: {exc}") from None
+        factories = load_host(host)
+    except Exception as exc:  # the host's own module may raise anything while importing
+        raise click.UsageError(f"--host: {type(exc).__name__}: {exc}"[:500]) from None
+    if not factories:
+        # Nothing to check is not a pass: a typo'd OBJECT must not exit 0.
+        raise click.UsageError(f"--host {host} provides none of {', '.join(FACTORY_NAMES)}")
+    results = run_conformance(factories, console)
     if as_json:
         click.echo(
             json.dumps(
@@ -447,10 +468,46 @@ def reference(check: bool, as_json: bool, docs: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code instead of raising for scripted use."""
     args = list(argv if argv is not None else sys.argv[1:])
+    try:
+        return _main(args)
+    except KeyboardInterrupt:  # a second Ctrl-C, while the first was being reported
+        return _interrupted()
+    except OSError as exc:  # reporting an error failed too: the output cannot be written
+        if "--debug" in args:  # `_main` re-raised an internal error as it is
+            raise
+        return _output_failed(exc)
+
+
+def _interrupted() -> int:
+    """Ctrl-C: the sandbox and its worker were disposed on the way out; no traceback."""
+    with contextlib.suppress(Exception):
+        click.echo("interrupted", err=True)
+    return EXIT_INTERRUPTED
+
+
+def _output_failed(exc: OSError) -> int:
+    """stdout is gone (EPIPE) or failing (ENOSPC, EIO). Later writes, and the flush at exit,
+    go to /dev/null so Python does not report the same failure again as it exits."""
+    with contextlib.suppress(Exception):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    if exc.errno == errno.EPIPE:
+        return EXIT_BROKEN_PIPE
+    with contextlib.suppress(Exception):
+        click.echo(printable(f"internal error: cannot write the output ({exc})"), err=True)
+    return EXIT_INTERNAL
+
+
+def _main(args: list[str]) -> int:
     as_json = "--json" in args
+    stdout = sys.stdout
     try:
         cli.main(args=args, standalone_mode=False)
     except SystemExit as exc:
+        if sys.stdout is not stdout:
+            # click swaps stdout for a wrapper (and exits 1, our "deny") only on EPIPE.
+            return EXIT_BROKEN_PIPE
         return int(exc.code or 0)
     except click.ClickException as exc:
         if as_json:
@@ -459,7 +516,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             exc.show()
         return EXIT_INVALID
-    except click.Abort:
+    except click.Abort as exc:
+        # click turns KeyboardInterrupt (Ctrl-C) into Abort, after one blank stderr line.
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            return _interrupted()
         return EXIT_INVALID
     except Exception as exc:
         if "--debug" in args:

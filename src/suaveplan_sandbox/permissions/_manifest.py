@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -236,9 +237,22 @@ def _problems(exc: PydanticValidationError) -> list[dict[str, WireValue]]:
 
 
 def parse_manifest(data: object, *, source: str = "dict") -> Manifest:
-    """Validate a manifest mapping. Raises `SAND_MANIFEST_INVALID` with field paths."""
+    """Validate a manifest mapping. Raises `SAND_MANIFEST_INVALID` with field paths.
+
+    A `Manifest` is validated again: pydantic's `model_construct` and `model_copy(update=)`
+    make one without validation, and a name like `../x` or an absolute fs rule must not
+    reach a policy (the name becomes a file name under a host's `data_dir`)."""
     if isinstance(data, Manifest):
-        return data
+        try:
+            checked = Manifest.model_validate(
+                data.model_dump(by_alias=True, round_trip=True, warnings=False)
+            )
+        except PydanticValidationError as exc:
+            raise _manifest_error(_problems(exc), source) from None
+        except Exception as exc:  # fields too broken to even dump
+            problem: dict[str, WireValue] = {"path": "", "field": "", "message": str(exc)[:200]}
+            raise _manifest_error([problem], source) from None
+        return data if checked == data else checked
     if not isinstance(data, Mapping):
         raise _manifest_error(
             [{"path": "", "field": "", "message": "a manifest is a mapping"}], source
@@ -270,6 +284,26 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return out
 
 
+def _read_regular_file(path: Path) -> bytes:
+    """At most `MAX_MANIFEST_BYTES + 1` bytes of `path`, which must be a regular file.
+
+    A FIFO would block `open` until a writer came (for ever), a terminal would become the
+    host's controlling terminal, and a device's driver would run: only a regular file is
+    opened (looked at first, non-blocking and without a controlling terminal, and checked
+    again once open, for an entry swapped in between)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise _file_error(path, "unreadable", "cannot read it (not a regular file)")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise _file_error(path, "unreadable", "cannot read it (not a regular file)")
+            return fh.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise _file_error(path, "unreadable", f"cannot read it ({why})") from exc
+
+
 def load_manifest(source: Mapping[str, object] | Manifest | str | os.PathLike[str]) -> Manifest:
     """Load a manifest from a mapping, or a `.json` / `.toml` file.
 
@@ -279,18 +313,23 @@ def load_manifest(source: Mapping[str, object] | Manifest | str | os.PathLike[st
     """
     if not isinstance(source, str | os.PathLike):
         return parse_manifest(source)
-    path = Path(source)
+    text = os.fspath(source)
+    if not isinstance(text, str):  # an os.PathLike[bytes]
+        problem: dict[str, WireValue] = {
+            "path": "",
+            "field": "",
+            "message": "a manifest path is a str or os.PathLike[str]",
+        }
+        raise _manifest_error([problem], "path")
+    path = Path(text)
     if path.suffix not in (".toml", ".json"):
         shown = repr(path.suffix) if path.suffix else "no suffix"
         raise _file_error(
             path, "unsupported-suffix", f"has {shown}; a manifest is a .toml or .json file"
         )
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_MANIFEST_BYTES + 1)
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-        raise _file_error(path, "unreadable", f"cannot read it ({why})") from exc
+    if "\x00" in text:
+        raise _file_error(path, "unreadable", "cannot read it (the path holds a NUL byte)")
+    raw = _read_regular_file(path)
     if len(raw) > MAX_MANIFEST_BYTES:
         raise _file_error(path, "too-large", "is larger than 1 MiB")
     kind = "TOML" if path.suffix == ".toml" else "JSON"

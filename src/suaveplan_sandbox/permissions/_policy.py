@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, final
 
+from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions._fetch_rules import FetchRuleSet
 from suaveplan_sandbox.permissions._fs_rules import FsRuleSet
 from suaveplan_sandbox.permissions._manifest import Budgets, Manifest, load_manifest
@@ -15,6 +16,22 @@ from suaveplan_sandbox.permissions._sql_gate import DEFAULT_MAX_SQL_LENGTH, SqlG
 from suaveplan_sandbox.permissions._topic_rules import TopicRuleSet
 
 SqlDialect = Literal["sqlite", "postgres"]
+
+
+def _invalid(argument: str, message: str, value: object) -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_INVALID_ARGUMENT", message, {"argument": argument, "type": type(value).__name__}
+    )
+
+
+def _root_path(root: object) -> Path:
+    """`root` as an absolute path. An empty one would silently mean the current directory,
+    and one with NUL can name no directory: both are refused, as is anything not a `str`
+    path (a bytes path, an int, None)."""
+    text = os.fspath(root) if isinstance(root, str | os.PathLike) else None
+    if not isinstance(text, str) or not text or "\x00" in text:
+        raise _invalid("root", "root is a non-empty str or os.PathLike path without NUL", root)
+    return Path(text).absolute()
 
 
 @final
@@ -65,15 +82,22 @@ class PermissionPolicy:
         sql_dialect: SqlDialect = "sqlite",
         max_sql_length: int = DEFAULT_MAX_SQL_LENGTH,
     ) -> PermissionPolicy:
-        """Build a policy. Raises `SAND_MANIFEST_INVALID` for a bad manifest.
+        """Build a policy. Raises `SAND_MANIFEST_INVALID` for a bad manifest, and
+        `SAND_INVALID_ARGUMENT` (`details.argument`) for a bad `root`, `sql_dialect` or
+        `max_sql_length`.
 
+        `root`: a non-empty `str` or `os.PathLike[str]` without NUL; a relative one is made
+        absolute against the current directory now. Nothing is read here: whether it is a
+        directory is the adapters' concern (`open_standard_adapters`, the WASM preopens).
         `max_sql_length`: the longest runtime SQL text (characters) the gate will parse; a
         longer statement is denied before parsing, which runs on the caller's thread."""
-        if sql_dialect not in ("sqlite", "postgres"):
-            raise ValueError("sql_dialect is 'sqlite' or 'postgres'")
+        if not isinstance(sql_dialect, str) or sql_dialect not in ("sqlite", "postgres"):
+            raise _invalid("sql_dialect", "sql_dialect is 'sqlite' or 'postgres'", sql_dialect)
+        if type(max_sql_length) is not int or max_sql_length <= 0:
+            raise _invalid("max_sql_length", "max_sql_length is an int > 0", max_sql_length)
         return cls(
             load_manifest(manifest),
-            root=Path(root).absolute(),
+            root=_root_path(root),
             sql_dialect=sql_dialect,
             max_sql_length=max_sql_length,
         )

@@ -80,6 +80,11 @@ from typing import Any, Final, final
 
 import psutil
 
+from suaveplan_sandbox._create_arguments import (
+    bad_argument,
+    check_common_create_arguments,
+    check_path_argument,
+)
 from suaveplan_sandbox._loop_thread import LoopThread
 from suaveplan_sandbox._printable import printable
 from suaveplan_sandbox.adapters import Adapters, StandardAdapters, open_standard_adapters
@@ -126,7 +131,7 @@ from suaveplan_sandbox.protocol import (
 )
 from suaveplan_sandbox.vm._guest import load_plugin
 from suaveplan_sandbox.vm._guest._runtime import MAX_SUBSCRIPTIONS
-from suaveplan_sandbox.vm._hardening import HardeningReport, cpu_backstop_seconds
+from suaveplan_sandbox.vm._hardening import LAYERS, HardeningReport, cpu_backstop_seconds
 from suaveplan_sandbox.vm._inline_wait import INLINE_WAIT_US, MAX_HOLD_S, loop_share
 from suaveplan_sandbox.vm._worker_loop import (
     DEFAULT_BUSY_POLL_US,
@@ -1209,6 +1214,49 @@ class VmSandbox:
 _PRIVATE: Final = object()
 
 
+def _check_create_arguments(
+    *,
+    plugin_module_path: object,
+    policy: object,
+    proxies: object,
+    plugin_name: object,
+    metrics: object,
+    clock: object,
+    audit: object,
+    require_hardening: object,
+    data_dir: object,
+) -> None:
+    """Refuse, before anything is opened, an argument `create_vm_sandbox` cannot use: each
+    would otherwise surface later as an AttributeError or TypeError, or be used silently
+    wrong (a metrics sink without `inc` loses every count; a plugin label with a newline or
+    a path in it reaches metric labels and log lines)."""
+    check_path_argument("plugin_module_path", plugin_module_path)
+    check_path_argument("data_dir", data_dir, optional=True)
+    check_common_create_arguments(
+        policy=policy,
+        proxies=proxies,
+        plugin_name=plugin_name,
+        metrics=metrics,
+        clock=clock,
+        audit=audit,
+    )
+    if not isinstance(require_hardening, tuple | list) or not all(
+        isinstance(layer, str) for layer in require_hardening
+    ):
+        raise bad_argument(
+            "require_hardening",
+            "require_hardening is a tuple or list of layer names",
+            require_hardening,
+        )
+    unknown = [layer for layer in require_hardening if layer not in LAYERS]
+    if unknown:
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "unknown hardening layer required",
+            {"argument": "require_hardening", "layers": unknown, "known": list(LAYERS)},
+        )
+
+
 async def create_vm_sandbox(
     *,
     plugin_module_path: str | os.PathLike[str],
@@ -1251,6 +1299,17 @@ async def create_vm_sandbox(
     fork server with 1 GiB of memory and 30 s of CPU (`vm._compile_child`); source needing
     more is refused (`SAND_VM_SYNTAX_FORBIDDEN`, reason `too-complex-to-compile`).
     """
+    _check_create_arguments(
+        plugin_module_path=plugin_module_path,
+        policy=policy,
+        proxies=proxies,
+        plugin_name=plugin_name,
+        metrics=metrics,
+        clock=clock,
+        audit=audit,
+        require_hardening=require_hardening,
+        data_dir=data_dir,
+    )
     if type(busy_poll_us) is not int or not 0 <= busy_poll_us <= MAX_BUSY_POLL_US:
         raise SuaveplanError(
             "SAND_INVALID_ARGUMENT",

@@ -61,6 +61,7 @@ from typing import Any, Final, Generic, TypeVar, final
 
 import wasmtime
 
+from suaveplan_sandbox._create_arguments import check_common_create_arguments, check_path_argument
 from suaveplan_sandbox.adapters._beneath import open_directory, openat2_available
 from suaveplan_sandbox.adapters._protocols import Adapters, AuditRecord, AuditSink
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
@@ -1197,6 +1198,31 @@ class WasmSandbox:
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed") from None
 
 
+def _check_create_arguments(
+    *,
+    wasm_module_path: object,
+    policy: object,
+    proxies: object,
+    plugin_name: object,
+    metrics: object,
+    clock: object,
+    audit: object,
+    cache_dir: object,
+) -> None:
+    """Refuse, before anything is read or compiled, an argument `create_wasm_sandbox` cannot
+    use (`_create_arguments`)."""
+    check_path_argument("wasm_module_path", wasm_module_path)
+    check_path_argument("cache_dir", cache_dir, optional=True)
+    check_common_create_arguments(
+        policy=policy,
+        proxies=proxies,
+        plugin_name=plugin_name,
+        metrics=metrics,
+        clock=clock,
+        audit=audit,
+    )
+
+
 async def create_wasm_sandbox(
     *,
     wasm_module_path: str | Path,
@@ -1224,6 +1250,16 @@ async def create_wasm_sandbox(
     `redact` (an iterable of str): credentials the host holds itself, kept out of every
     diagnostic (`Gateway`'s `redact=`).
     """
+    _check_create_arguments(
+        wasm_module_path=wasm_module_path,
+        policy=policy,
+        proxies=proxies,
+        plugin_name=plugin_name,
+        metrics=metrics,
+        clock=clock,
+        audit=audit,
+        cache_dir=cache_dir,
+    )
     byte_limit(max_output_bytes, argument="max_output_bytes", minimum=0)
     byte_limit(max_module_bytes, argument="max_module_bytes", minimum=1)
     if type(compile_limits) is not CompileLimits:
