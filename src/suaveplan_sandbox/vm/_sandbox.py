@@ -329,6 +329,61 @@ def _crashed(why: str) -> SuaveplanError:
     return SuaveplanError("SAND_VM_WORKER_CRASHED", "the worker process died", {"why": why})
 
 
+_CONTAINERS: Final = (list, tuple, dict)
+
+
+def _call_frame(
+    call_id: int, name: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> bytes:
+    """The `Call` frame, or `SAND_INVALID_ARGUMENT` for what the caller passed that the
+    worker could not take. The encoder refuses what msgpack cannot carry (and anything
+    nested deeper than its limit, cycles included); a dict key that is not a str it would
+    encode, and the worker's decoder (which takes str keys only) would break on it and end
+    the worker: those are looked for here, in what was encoded, only when an argument is a
+    container (never for the common scalar call)."""
+    try:
+        frame = encode_fields(Call, call_id, name, list(args), kwargs)
+    except ProtocolError as exc:
+        reason = str(exc.details.get("reason", "unencodable"))
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "the call's arguments are not plain data that fits one frame",
+            {"argument": "args", "reason": reason},
+        ) from exc
+    except (TypeError, ValueError) as exc:  # the Call message's own field rules: the name
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "the function name must be a str of 1 to 256 characters",
+            {"argument": "name", "type": type(name).__name__},
+        ) from exc
+    values = [*args, *kwargs.values()] if args or kwargs else []
+    if any(isinstance(v, _CONTAINERS) for v in values) and _has_non_str_key(values):
+        raise SuaveplanError(
+            "SAND_INVALID_ARGUMENT",
+            "a dict in the call's arguments has a key that is not a str",
+            {"argument": "args", "reason": "non-str-key"},
+        )
+    return frame
+
+
+def _has_non_str_key(values: list[object]) -> bool:
+    """Whether a dict anywhere in `values` (encoded already: finite, no cycle) has a key
+    that is not a str."""
+    stack = [v for v in values if isinstance(v, _CONTAINERS)]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if type(key) is not str:
+                    return True
+                if isinstance(item, _CONTAINERS):
+                    stack.append(item)
+        else:
+            assert isinstance(value, list | tuple)
+            stack.extend(item for item in value if isinstance(item, _CONTAINERS))
+    return False
+
+
 # How long `dispose()` awaited on another loop waits for the sandbox's own loop to run it.
 _ELSEWHERE_WAIT_S: Final = 5.0
 
@@ -1160,8 +1215,13 @@ class VmSandbox:
             )
 
     # -- calls ----------------------------------------------------------------------------
-    async def call(self, name: str, *args: object, **kwargs: object) -> object:
-        """Call the plugin's public top-level function `name`; returns its plain-data result."""
+    async def call(self, name: str, /, *args: object, **kwargs: object) -> object:
+        """Call the plugin's public top-level function `name`; returns its plain-data result.
+
+        `name` is positional-only, so a plugin keyword may be called `name`. Arguments that
+        are not plain data (a set, an object, an int past 64 bits, a dict key that is not a
+        str), or too large for one frame, and a `name` that is not a str of 1-256 characters,
+        are `SAND_INVALID_ARGUMENT`: refused here, nothing sent, the sandbox unaffected."""
         state = self._state
         if state is _S.DISPOSED:
             raise SuaveplanError("SAND_VM_DISPOSED", "the sandbox was disposed")
@@ -1177,9 +1237,9 @@ class VmSandbox:
                 "the sandbox was called from an event loop other than the one that created it",
                 {"reason": "wrong-event-loop"},
             )
-        self._next_id = call_id = self._next_id + 1
         # The bytes of `encode(Call(...))`, after the same field checks, without the object.
-        frame = encode_fields(Call, call_id, name, list(args), kwargs)
+        frame = _call_frame(self._next_id + 1, name, args, kwargs)
+        self._next_id = call_id = self._next_id + 1
         fut: asyncio.Future[Any] = self._loop.create_future()
         job = _Job(call_id, frame, fut)
         if self._job is None and state is _S.IDLE:
@@ -1490,7 +1550,7 @@ class BlockingVmSandbox:
     def events_dropped(self) -> int:
         return self._sandbox.events_dropped
 
-    def call(self, name: str, *args: object, **kwargs: object) -> object:
+    def call(self, name: str, /, *args: object, **kwargs: object) -> object:
         if self._closed:
             raise SuaveplanError("SAND_VM_DISPOSED", "the sandbox was disposed")
         return self._loop.run(self._sandbox.call(name, *args, **kwargs))

@@ -6,9 +6,9 @@ forked, so no fd, process or thread is left. A create that fails part-way (a for
 import, a subscription the manifest does not grant, a bus that fails, a worker that dies while
 starting) returns the host to its baseline, event-bus subscriptions included.
 
-The tests marked `xfail(strict=True)` pin holes outside this session's files (the call path
-and the handle's lifetime in `vm/_sandbox.py`, the wire encoder); each reason says what
-should happen instead. When one is fixed its test passes and the marker must go.
+The tests marked `xfail(strict=True)` pin holes not fixed yet (a handle's lifetime when it is
+dropped without `dispose()`); each reason says what should happen instead. When one is fixed
+its test passes and the marker must go.
 """
 
 from __future__ import annotations
@@ -296,13 +296,6 @@ async def test_plain_data_arguments_of_every_kind_reach_the_plugin(tmp_path: Pat
         ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route to vm/_sandbox.py call() / protocol encoder: a dict argument with a "
-    "non-str key is sent, the worker cannot decode it and dies (SAND_VM_WORKER_CRASHED, "
-    "why=eof), so one careless argument ends the sandbox; it should be SAND_INVALID_ARGUMENT "
-    "before anything is sent, the sandbox left working",
-)
 async def test_a_dict_argument_with_a_non_str_key_is_refused_and_the_sandbox_survives(
     tmp_path: Path,
 ) -> None:
@@ -315,13 +308,6 @@ async def test_a_dict_argument_with_a_non_str_key_is_refused_and_the_sandbox_sur
         assert await sb.call("echo", 1) == [[1], {}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route to vm/_sandbox.py call() / protocol encode_fields: an argument that cannot "
-    "be encoded (a set, an int past 64 bits, an object, a lone surrogate) is SAND_WIRE_ERROR "
-    "'malformed frame on the worker channel', whose registered meaning is a broken worker "
-    "that is ended; it is the caller's argument, and the worker is fine",
-)
 @pytest.mark.parametrize(
     "value", [{1, 2}, 2**70, object(), "\ud800"], ids=["set", "bigint", "obj", "surrogate"]
 )
@@ -336,13 +322,6 @@ async def test_an_argument_that_is_not_plain_data_is_an_invalid_argument(
         assert info.value.code == "SAND_INVALID_ARGUMENT"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, AssertionError),
-    reason="route to vm/_sandbox.py call(): a name that is not a non-empty str of at most "
-    "256 characters raises a bare ValueError from the Call message's check (the CLI shows "
-    "`--call ''` as an internal error, exit 3); it should be SAND_INVALID_ARGUMENT",
-)
 @pytest.mark.parametrize("name", ["", 5, None, b"echo", "x" * 300])
 async def test_a_call_name_that_is_not_a_str_name_is_an_invalid_argument(
     tmp_path: Path, name: Any
@@ -355,13 +334,6 @@ async def test_a_call_name_that_is_not_a_str_name_is_an_invalid_argument(
         assert info.value.code == "SAND_INVALID_ARGUMENT"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="route to vm/_sandbox.py: `call(self, name, *args, **kwargs)` takes a plugin "
-    "keyword named `name` or `self` as its own (TypeError: multiple values); make them "
-    "positional-only (`call(self, name, /, *args, **kwargs)`, also BlockingVmSandbox.call)",
-)
 async def test_a_plugin_keyword_named_like_the_call_parameters_reaches_the_plugin(
     tmp_path: Path,
 ) -> None:

@@ -153,9 +153,9 @@ class VmLifecycle(RuleBasedStateMachine):
         _, err = self.call("echo", object())
         # Refused on the host before anything is written: the worker is unaffected, and a
         # kill the host has not noticed yet stays unnoticed.
-        if self.kill_unobserved and err is not None and err.code == "SAND_WIRE_ERROR":
+        if self.kill_unobserved and err is not None and err.code == "SAND_INVALID_ARGUMENT":
             return
-        self.check_refused(err, self.expected_error() or "SAND_WIRE_ERROR")
+        self.check_refused(err, self.expected_error() or "SAND_INVALID_ARGUMENT")
 
     @rule()
     def kill_worker(self) -> None:
