@@ -35,6 +35,10 @@ class LoopThread:
             return RuntimeError("the loop thread was stopped")
         return SuaveplanError(self._disposed_code, "the sandbox was disposed")
 
+    def on_own_thread(self) -> bool:
+        """Whether the caller runs on this loop's thread (where `run` and `stop` refuse)."""
+        return threading.current_thread() is self._thread
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if threading.current_thread() is self._thread:
             # Called from a callback on this loop (an adapter, a bus handler): blocking on

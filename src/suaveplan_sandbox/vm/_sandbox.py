@@ -72,6 +72,7 @@ import os
 import signal
 import socket
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -388,6 +389,42 @@ def _has_non_str_key(values: list[object]) -> bool:
 _ELSEWHERE_WAIT_S: Final = 5.0
 
 
+@final
+class _Remains:
+    """What a sandbox holds that would outlive it: the worker (killed once: SIGKILL cannot be
+    caught, and a later kill, a dispose long after a crash, could reach another process that
+    was given the reaped worker's pid), the lifeline's write end (a raw descriptor) and the
+    socket. `dispose` and a crash release them; a sandbox collected without either releases
+    them through its finalizer, which holds this object, never the sandbox."""
+
+    __slots__ = ("killed", "lifeline", "pid", "sock")
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.killed = False
+        self.lifeline = -1
+        self.sock: socket.socket | None = None
+
+    def kill(self) -> None:
+        if self.pid and not self.killed:
+            self.killed = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def close_lifeline(self) -> None:
+        if self.lifeline >= 0:
+            fd, self.lifeline = self.lifeline, -1
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def release(self) -> None:
+        self.kill()
+        self.close_lifeline()
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+
+
 def _interrupted(exc: BaseException) -> Exception:
     """What the worker is told of an adapter that raised `exc`, not an `Exception`: an
     adapter failure (`_host_failure` logs its type and a correlation id)."""
@@ -442,15 +479,16 @@ class VmSandbox:
         self._loop = asyncio.get_running_loop()
         self._sock: socket.socket | None = None
         self._fd = -1
-        self._lifeline = -1
+        # The worker's pid and lifeline, and the socket: released by dispose or a crash, or
+        # by `_finalizer` if the sandbox is collected without either (`_Remains`).
+        self._remains = _Remains()
+        self._finalizer = weakref.finalize(self, self._remains.release)
         self._decoder = FrameDecoder(
             max_frame_bytes=DEFAULT_MAX_FRAME_BYTES, max_elements=MAX_FRAME_ELEMENTS
         )
         # The gateway's record of the secret values it handed out (set with the gateway).
         self._redactor = SecretRedactor()
         self._out = bytearray()
-        self._pid = 0
-        self._killed = False  # `_kill` has sent its SIGKILL
         self._job: _Job | None = None
         self._waiting: deque[_Job] = deque()
         self._next_id = 0
@@ -511,7 +549,12 @@ class VmSandbox:
 
     @property
     def pid(self) -> int:
-        return self._pid
+        return self._remains.pid
+
+    @property
+    def _lifeline(self) -> int:
+        """The lifeline's write end (-1 once closed)."""
+        return self._remains.lifeline
 
     @property
     def hardening(self) -> HardeningReport:
@@ -553,18 +596,11 @@ class VmSandbox:
         await self.dispose()
 
     def _kill(self) -> None:
-        # Once: SIGKILL cannot be caught, and a later kill (a dispose after a crash, perhaps
-        # long after) could reach another process that was given the reaped worker's pid.
-        if self._pid and not self._killed:
-            self._killed = True
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._pid, signal.SIGKILL)
+        self._remains.kill()
 
     def _close_sock(self) -> None:
-        if self._lifeline >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._lifeline)
-            self._lifeline = -1
+        self._remains.close_lifeline()
+        self._remains.sock = None
         if self._sock is not None:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._fd)
@@ -683,10 +719,8 @@ class VmSandbox:
         never run again; nothing is left waiting on them."""
         self._state = _S.DISPOSED
         self._kill()
-        if self._lifeline >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._lifeline)
-            self._lifeline = -1
+        self._remains.close_lifeline()
+        self._remains.sock = None
         if self._sock is not None:
             self._sock.close()  # a closed loop's selector is closed: nothing to unregister
             self._sock = None
@@ -1442,10 +1476,10 @@ async def create_vm_sandbox(
     host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     # The worker's lifeline: we hold the only write end; when this process ends, however it
     # ends, the kernel closes it and the worker is killed (see `arm_lifeline`).
-    lifeline_r, sb._lifeline = os.pipe()
+    lifeline_r, sb._remains.lifeline = os.pipe()
     try:
         try:
-            sb._pid = fork_server().fork(
+            sb._remains.pid = fork_server().fork(
                 bundle,
                 worker_end,
                 rlimits=rlimits,
@@ -1458,12 +1492,12 @@ async def create_vm_sandbox(
             worker_end.close()
             os.close(lifeline_r)
         host_end.setblocking(False)
-        sb._sock = host_end
+        sb._sock = sb._remains.sock = host_end
         sb._poll_recv = poll_receiver(host_end, _accel.poll_recv())
         sb._fd = host_end.fileno()
         sb._loop.add_reader(sb._fd, sb._on_readable)
         if sb._sampling:  # only the CPU/RSS sampler reads it; it costs /proc reads
-            sb._proc = _sampled_process(sb._pid)
+            sb._proc = _sampled_process(sb._remains.pid)
         if sb._wall_s is None:
             ready = await sb._ready
         else:
@@ -1509,6 +1543,20 @@ class _NoDatabase:
         )
 
 
+def _abandoned(loop: LoopThread, sandbox: VmSandbox) -> None:
+    """A blocking facade collected without `dispose()`: end its sandbox and loop thread as
+    `dispose()` would. On the loop's own thread (the last reference dropped by a callback)
+    nothing can wait for the loop: the worker and its descriptors are released at once and
+    the loop is stopped."""
+    if loop.on_own_thread():
+        sandbox._remains.release()
+        loop.loop.stop()
+        return
+    with contextlib.suppress(Exception):
+        loop.run(sandbox.dispose())
+    loop.stop()
+
+
 @final
 class BlockingVmSandbox:
     """Blocking facade over `VmSandbox`: a private event loop runs in a daemon thread."""
@@ -1521,6 +1569,9 @@ class BlockingVmSandbox:
             self._loop.stop()
             raise
         self._closed = False
+        # Collected without dispose(): the loop thread (a daemon, holding the sandbox through
+        # its loop) would keep the worker and their descriptors for the process's life.
+        self._finalizer = weakref.finalize(self, _abandoned, self._loop, self._sandbox)
 
     @property
     def hardening(self) -> HardeningReport:
@@ -1562,6 +1613,7 @@ class BlockingVmSandbox:
         # (SAND_INVALID_ARGUMENT) with the sandbox still open, for a later dispose to end.
         self._loop.run(self._sandbox.dispose())
         self._closed = True
+        self._finalizer.detach()
         self._loop.stop()
 
     def __enter__(self) -> BlockingVmSandbox:

@@ -6,9 +6,8 @@ forked, so no fd, process or thread is left. A create that fails part-way (a for
 import, a subscription the manifest does not grant, a bus that fails, a worker that dies while
 starting) returns the host to its baseline, event-bus subscriptions included.
 
-The tests marked `xfail(strict=True)` pin holes not fixed yet (a handle's lifetime when it is
-dropped without `dispose()`); each reason says what should happen instead. When one is fixed
-its test passes and the marker must go.
+A handle dropped without `dispose()` is released by its finalizer: the worker, its lifeline
+and socket, and (for the blocking facade) its loop thread.
 """
 
 from __future__ import annotations
@@ -347,13 +346,6 @@ async def test_a_plugin_keyword_named_like_the_call_parameters_reaches_the_plugi
 # -- a handle dropped without dispose ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route to vm/_sandbox.py (VmSandbox): a sandbox collected without dispose() ends "
-    "its worker (the socket's EOF) but never closes its lifeline pipe's write end, a raw fd "
-    "int: one fd leaks per dropped sandbox (and a ResourceWarning for the socket); a "
-    "finalizer (weakref.finalize) closing the lifeline and killing the worker would fix both",
-)
 def test_a_sandbox_dropped_without_dispose_leaves_no_fd_or_worker(tmp_path: Path) -> None:
     async def drop() -> int:
         sb = await create_vm_sandbox(plugin_module_path=_plugin(tmp_path), policy=_policy(tmp_path))
@@ -387,13 +379,6 @@ def _close_leaked_pipes(before: set[str]) -> None:
                 os.close(int(name))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route to vm/_sandbox.py (BlockingVmSandbox) and wasm/_blocking.py: a blocking "
-    "facade collected without dispose() keeps its worker, its loop thread and their fds "
-    "for the life of the process (the daemon loop thread holds the sandbox); a finalizer "
-    "that disposes it would end them",
-)
 def test_a_blocking_facade_dropped_without_dispose_ends_its_worker_and_thread(
     tmp_path: Path,
 ) -> None:
