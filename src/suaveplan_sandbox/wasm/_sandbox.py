@@ -61,7 +61,11 @@ from typing import Any, Final, Generic, TypeVar, final
 
 import wasmtime
 
-from suaveplan_sandbox._create_arguments import check_common_create_arguments, check_path_argument
+from suaveplan_sandbox._create_arguments import (
+    bad_argument,
+    check_common_create_arguments,
+    check_path_argument,
+)
 from suaveplan_sandbox.adapters._beneath import open_directory, openat2_available
 from suaveplan_sandbox.adapters._protocols import Adapters, AuditRecord, AuditSink
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
@@ -649,10 +653,37 @@ class WasmSandbox:
             raise
 
     async def run(self, *, argv: Sequence[str] = (), stdin: bytes = b"") -> RunResult:
+        """Run the module's `_start` with `argv` (a sequence of `str`) and `stdin` (`bytes`,
+        `bytearray` or `memoryview`); any other argument is `SAND_INVALID_ARGUMENT` naming
+        it, refused before the guest runs."""
+        # Imported here: this change touches only `run` (hoist with the module's imports).
+
         start = _CallStart()
         try:  # see `call`
+            # A str is a sequence of strs (each letter an argument); C stops an argument at
+            # NUL and wasmtime encodes it as UTF-8: refuse each here, not as a host TypeError.
+            if isinstance(argv, str | bytes | bytearray | memoryview) or not isinstance(
+                argv, Sequence
+            ):
+                raise bad_argument("argv", "argv must be a sequence of str (not a str)", argv)
+            args = tuple(argv)
+            for i, arg in enumerate(args):
+                if not isinstance(arg, str):
+                    raise bad_argument("argv", f"argv[{i}] must be a str", arg)
+                if "\x00" in arg:
+                    raise bad_argument("argv", f"argv[{i}] holds a NUL character", arg)
+                try:
+                    arg.encode()
+                except UnicodeEncodeError:  # a lone surrogate
+                    raise bad_argument("argv", f"argv[{i}] is not valid UTF-8", arg) from None
+            if not isinstance(stdin, bytes | bytearray | memoryview):
+                raise bad_argument("stdin", "stdin must be bytes, bytearray or memoryview", stdin)
+            try:
+                data = bytes(stdin)  # a snapshot: the caller may reuse its buffer meanwhile
+            except ValueError:  # a released memoryview
+                raise bad_argument("stdin", "stdin is a released memoryview", stdin) from None
             self._check_alive()
-            work = self._worker().submit(_OneShot(self._run_sync), tuple(argv), stdin, start)
+            work = self._worker().submit(_OneShot(self._run_sync), args, data, start)
             owner, wall = weakref.ref(self), self._policy.budgets.wall_clock_ms
         except SuaveplanError as exc:
             del self
