@@ -421,6 +421,15 @@ class _Soak:
             )
         )
 
+    async def started(self, holder: list[Any]) -> None:
+        """One call on every WASM sandbox before a sample. A WASM sandbox starts its guest
+        thread at its first call, so a sandbox that replaced a breached one just before the
+        drivers stopped has none yet: without this, how many of those there happen to be at
+        the baseline and at the end showed as thread growth (or shrinkage) of a few."""
+        for sb in holder:
+            if isinstance(sb, WasmSandbox) and await sb.call("add", 1, 1) != 2:
+                raise SoakFailure("a WASM sandbox answered add(1, 1) wrongly")
+
     async def settle(self, base: Sample | None, timeout_s: float = 5.0) -> Sample:
         """Sample once the host is quiet: workers reaped, replaced sandboxes' threads gone."""
         deadline = time.monotonic() + timeout_s
@@ -465,12 +474,14 @@ async def run_soak(
             for i in range(sandboxes):
                 holder.append(await (soak.new_vm() if i % 2 == 0 else soak.new_wasm()))
             await soak.phase(warm, holder)
+            await soak.started(holder)
             base = await soak.settle(None)
             soak.tally.recording = True
             started = time.perf_counter()
             await soak.phase(seconds, holder)
             elapsed = time.perf_counter() - started
             soak.tally.recording = False
+            await soak.started(holder)
             end = await soak.settle(base, settle_s)
         finally:
             for sb in holder:
