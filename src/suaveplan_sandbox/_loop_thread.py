@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, final
 
 from suaveplan_sandbox.errors import SuaveplanError
@@ -27,6 +28,7 @@ class LoopThread:
         self._disposed_code = disposed_code
         self._lock = threading.Lock()  # orders submissions against `stop`
         self._stopping = False
+        self._ending: asyncio.Task[None] | None = None  # `end_abandoned` on the loop's thread
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
@@ -38,6 +40,25 @@ class LoopThread:
     def on_own_thread(self) -> bool:
         """Whether the caller runs on this loop's thread (where `run` and `stop` refuse)."""
         return threading.current_thread() is self._thread
+
+    def end_abandoned(self, dispose: Callable[[], Coroutine[Any, Any, object]]) -> None:
+        """For a facade collected without `dispose()` (its finalizer): run `dispose()` on the
+        loop, then stop the loop thread. On the loop's own thread (a callback dropped the
+        last reference) nothing can wait for the loop: the dispose is started there and the
+        loop stops once it is done."""
+        if self.on_own_thread():
+
+            async def then_stop() -> None:
+                try:
+                    await dispose()
+                finally:
+                    self.loop.stop()
+
+            self._ending = self.loop.create_task(then_stop())  # held: a task is weakly kept
+            return
+        with contextlib.suppress(Exception):
+            self.run(dispose())
+        self.stop()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if threading.current_thread() is self._thread:

@@ -191,3 +191,33 @@ async def test_a_create_that_fails_part_way_leaves_no_fd_or_thread(
         await create_wasm_sandbox(wasm_module_path=module, policy=_policy(root, rules))
     assert info.value.code == code
     assert await _settled(baseline) == baseline
+
+
+_ADD_WAT = """
+(module
+  (func (export "add") (param i32 i32) (result i32) local.get 0 local.get 1 i32.add))
+"""
+
+
+def test_a_blocking_facade_dropped_without_dispose_ends_its_loop_thread(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    # The daemon loop thread holds the sandbox through its loop: a facade dropped without
+    # dispose() used to keep that thread, the guest's thread and their descriptors for the
+    # life of the process. Its finalizer disposes it and stops the loop thread.
+    module = wat(_ADD_WAT)
+    with create_wasm_sandbox_blocking(wasm_module_path=module, policy=_policy(root)) as warm:
+        assert warm.call("add", 1, 2) == 3
+    baseline = _resources()
+    sb = create_wasm_sandbox_blocking(wasm_module_path=module, policy=_policy(root))
+    loop_thread = sb._loop  # for clean-up only: it does not keep the facade alive
+    try:
+        assert sb.call("add", 2, 3) == 5
+        del sb
+        deadline = time.monotonic() + 5  # measured outside any event loop, as the baseline
+        while _resources() != baseline and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _resources() == baseline
+    finally:
+        if not loop_thread.loop.is_closed():
+            loop_thread.stop()

@@ -1543,20 +1543,6 @@ class _NoDatabase:
         )
 
 
-def _abandoned(loop: LoopThread, sandbox: VmSandbox) -> None:
-    """A blocking facade collected without `dispose()`: end its sandbox and loop thread as
-    `dispose()` would. On the loop's own thread (the last reference dropped by a callback)
-    nothing can wait for the loop: the worker and its descriptors are released at once and
-    the loop is stopped."""
-    if loop.on_own_thread():
-        sandbox._remains.release()
-        loop.loop.stop()
-        return
-    with contextlib.suppress(Exception):
-        loop.run(sandbox.dispose())
-    loop.stop()
-
-
 @final
 class BlockingVmSandbox:
     """Blocking facade over `VmSandbox`: a private event loop runs in a daemon thread."""
@@ -1571,7 +1557,7 @@ class BlockingVmSandbox:
         self._closed = False
         # Collected without dispose(): the loop thread (a daemon, holding the sandbox through
         # its loop) would keep the worker and their descriptors for the process's life.
-        self._finalizer = weakref.finalize(self, _abandoned, self._loop, self._sandbox)
+        self._finalizer = weakref.finalize(self, self._loop.end_abandoned, self._sandbox.dispose)
 
     @property
     def hardening(self) -> HardeningReport:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any, final
 
@@ -21,6 +22,9 @@ class BlockingWasmSandbox:
         except BaseException:
             self._loop.stop()
             raise
+        # Collected without dispose(): the loop thread (a daemon, holding the sandbox through
+        # its loop) would keep the guest's thread and their descriptors for the process's life.
+        self._finalizer = weakref.finalize(self, self._loop.end_abandoned, self._sb.dispose)
 
     @property
     def denials(self) -> tuple[SuaveplanError, ...]:
@@ -47,6 +51,7 @@ class BlockingWasmSandbox:
     def dispose(self) -> None:
         if self._loop.loop.is_closed():
             return
+        self._finalizer.detach()
         try:
             self._loop.run(self._sb.dispose())
         finally:
