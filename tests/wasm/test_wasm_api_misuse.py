@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from _create_argument_cases import COMMON_BAD_ARGUMENTS, bad_paths
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.wasm import _engine, create_wasm_sandbox, create_wasm_sandbox_blocking
@@ -50,34 +51,10 @@ async def _settled(baseline: tuple[int, int], timeout_s: float = 5.0) -> tuple[i
     return now
 
 
-class _BytesPath:
-    def __fspath__(self) -> bytes:
-        return b"/srv/guest.wasm"
-
-
-class _NoMethods:
-    pass
-
-
 BAD_ARGUMENTS: list[tuple[str, object]] = [
-    ("wasm_module_path", b"guest.wasm"),
-    ("wasm_module_path", None),
-    ("wasm_module_path", ""),
-    ("wasm_module_path", "guest\x00.wasm"),
-    ("wasm_module_path", _BytesPath()),
-    ("policy", None),
-    ("policy", {"name": "misuse"}),
-    ("proxies", {"fetch": None}),
-    ("plugin_name", 5),
-    ("plugin_name", ""),
-    ("plugin_name", "../evil"),
-    ("plugin_name", "p\nforged"),
-    ("metrics", "metrics"),
-    ("clock", _NoMethods()),
-    ("audit", 5),
-    ("cache_dir", 5),
-    ("cache_dir", b"/tmp"),
-    ("cache_dir", ""),
+    *bad_paths("wasm_module_path", optional=False),
+    *COMMON_BAD_ARGUMENTS,
+    *bad_paths("cache_dir", optional=True),
 ]
 
 

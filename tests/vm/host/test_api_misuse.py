@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
+from _create_argument_cases import COMMON_BAD_ARGUMENTS, bad_paths
 from suaveplan_sandbox.adapters import Adapters, InProcessEventBus
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions import PermissionPolicy
@@ -85,47 +86,16 @@ async def _warm(tmp: Path) -> tuple[int, int, int]:
     return await _settled(_resources(), 0.2)
 
 
-class _BytesPath:
-    def __fspath__(self) -> bytes:
-        return b"/srv/plugin.py"
-
-
-class _NoMethods:
-    pass
-
-
 # (argument, value): every one is refused with SAND_INVALID_ARGUMENT naming the argument.
 BAD_ARGUMENTS: list[tuple[str, object]] = [
-    ("plugin_module_path", b"plugin.py"),
-    ("plugin_module_path", 5),  # `os.stat(5)` would look at fd 5
-    ("plugin_module_path", None),
-    ("plugin_module_path", ""),  # would silently mean the current directory
-    ("plugin_module_path", _BytesPath()),
-    ("policy", None),
-    ("policy", {"name": "misuse"}),
-    ("policy", "manifest.toml"),
-    ("proxies", {"fs": None}),
-    ("proxies", "adapters"),
-    ("plugin_name", 5),
-    ("plugin_name", b"p"),
-    ("plugin_name", ""),
-    ("plugin_name", "../evil"),
-    ("plugin_name", "p\nforged log line"),
-    ("plugin_name", "p" * 100),
-    ("metrics", "metrics"),
-    ("metrics", _NoMethods()),
-    ("clock", 5),
-    ("clock", _NoMethods()),
-    ("audit", "audit.jsonl"),
-    ("audit", _NoMethods()),
+    *bad_paths("plugin_module_path", optional=False),
+    *COMMON_BAD_ARGUMENTS,
     ("require_hardening", None),
     ("require_hardening", "seccomp"),  # a str is not taken apart into one-letter layers
     ("require_hardening", [5]),
     ("require_hardening", {"seccomp": True}),
     ("require_hardening", ["sekcomp"]),
-    ("data_dir", 5),
-    ("data_dir", b"/tmp"),
-    ("data_dir", ""),
+    *bad_paths("data_dir", optional=True),
 ]
 
 
