@@ -1308,32 +1308,9 @@ class VmSandbox:
 _PRIVATE: Final = object()
 
 
-def _check_create_arguments(
-    *,
-    plugin_module_path: object,
-    policy: object,
-    proxies: object,
-    plugin_name: object,
-    metrics: object,
-    clock: object,
-    audit: object,
-    require_hardening: object,
-    data_dir: object,
-) -> None:
-    """Refuse, before anything is opened, an argument `create_vm_sandbox` cannot use: each
-    would otherwise surface later as an AttributeError or TypeError, or be used silently
-    wrong (a metrics sink without `inc` loses every count; a plugin label with a newline or
-    a path in it reaches metric labels and log lines)."""
-    check_path_argument("plugin_module_path", plugin_module_path)
-    check_path_argument("data_dir", data_dir, optional=True)
-    check_common_create_arguments(
-        policy=policy,
-        proxies=proxies,
-        plugin_name=plugin_name,
-        metrics=metrics,
-        clock=clock,
-        audit=audit,
-    )
+def _check_required_layers(require_hardening: object) -> None:
+    """`require_hardening` is a tuple or list of known layer names (a str is not taken
+    apart into one-letter layers)."""
     if not isinstance(require_hardening, tuple | list) or not all(
         isinstance(layer, str) for layer in require_hardening
     ):
@@ -1393,17 +1370,18 @@ async def create_vm_sandbox(
     fork server with 1 GiB of memory and 30 s of CPU (`vm._compile_child`); source needing
     more is refused (`SAND_VM_SYNTAX_FORBIDDEN`, reason `too-complex-to-compile`).
     """
-    _check_create_arguments(
-        plugin_module_path=plugin_module_path,
+    # Before anything is opened (`_create_arguments`).
+    check_path_argument("plugin_module_path", plugin_module_path)
+    check_path_argument("data_dir", data_dir, optional=True)
+    check_common_create_arguments(
         policy=policy,
         proxies=proxies,
         plugin_name=plugin_name,
         metrics=metrics,
         clock=clock,
         audit=audit,
-        require_hardening=require_hardening,
-        data_dir=data_dir,
     )
+    _check_required_layers(require_hardening)
     if type(busy_poll_us) is not int or not 0 <= busy_poll_us <= MAX_BUSY_POLL_US:
         raise SuaveplanError(
             "SAND_INVALID_ARGUMENT",

@@ -1229,31 +1229,6 @@ class WasmSandbox:
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed") from None
 
 
-def _check_create_arguments(
-    *,
-    wasm_module_path: object,
-    policy: object,
-    proxies: object,
-    plugin_name: object,
-    metrics: object,
-    clock: object,
-    audit: object,
-    cache_dir: object,
-) -> None:
-    """Refuse, before anything is read or compiled, an argument `create_wasm_sandbox` cannot
-    use (`_create_arguments`)."""
-    check_path_argument("wasm_module_path", wasm_module_path)
-    check_path_argument("cache_dir", cache_dir, optional=True)
-    check_common_create_arguments(
-        policy=policy,
-        proxies=proxies,
-        plugin_name=plugin_name,
-        metrics=metrics,
-        clock=clock,
-        audit=audit,
-    )
-
-
 async def create_wasm_sandbox(
     *,
     wasm_module_path: str | Path,
@@ -1281,15 +1256,16 @@ async def create_wasm_sandbox(
     `redact` (an iterable of str): credentials the host holds itself, kept out of every
     diagnostic (`Gateway`'s `redact=`).
     """
-    _check_create_arguments(
-        wasm_module_path=wasm_module_path,
+    # Before anything is read or compiled (`_create_arguments`).
+    check_path_argument("wasm_module_path", wasm_module_path)
+    check_path_argument("cache_dir", cache_dir, optional=True)
+    check_common_create_arguments(
         policy=policy,
         proxies=proxies,
         plugin_name=plugin_name,
         metrics=metrics,
         clock=clock,
         audit=audit,
-        cache_dir=cache_dir,
     )
     byte_limit(max_output_bytes, argument="max_output_bytes", minimum=0)
     byte_limit(max_module_bytes, argument="max_module_bytes", minimum=1)
