@@ -241,13 +241,7 @@ def parse_reply(
         if type(code) is not types.CodeType or code.co_filename != m.filename:
             raise bad
         out[m.name] = CompiledModule(m.name, m.filename, m.is_package, code)
-    return CompiledBundle(
-        bundle.name,
-        bundle.digest,
-        bundle.entry,
-        types.MappingProxyType(out),
-        bundle.interpreter_layer,
-    )
+    return CompiledBundle.of(bundle, out)
 
 
 def refusal_wire(err: SuaveplanError) -> dict[str, object]:

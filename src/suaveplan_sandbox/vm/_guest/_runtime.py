@@ -660,6 +660,17 @@ class CompiledBundle:
     modules: Mapping[str, CompiledModule]
     interpreter_layer: bool = True
 
+    @classmethod
+    def of(cls, bundle: PluginBundle, modules: dict[str, CompiledModule]) -> CompiledBundle:
+        """`bundle` compiled: its own name, digest, entry and layer, with `modules`."""
+        return cls(
+            bundle.name,
+            bundle.digest,
+            bundle.entry,
+            types.MappingProxyType(modules),
+            bundle.interpreter_layer,
+        )
+
 
 def _shared_builtins() -> dict[str, object]:
     """The builtins every guest gets, less the ones bound to its runtime (`print`,
@@ -744,13 +755,7 @@ def compile_bundle(bundle: PluginBundle) -> CompiledBundle:
         except (RecursionError, MemoryError):
             raise too_complex(m.filename) from None
         out[m.name] = CompiledModule(m.name, m.filename, m.is_package, code)
-    return CompiledBundle(
-        bundle.name,
-        bundle.digest,
-        bundle.entry,
-        types.MappingProxyType(out),
-        bundle.interpreter_layer,
-    )
+    return CompiledBundle.of(bundle, out)
 
 
 @dataclass(frozen=True, slots=True)
