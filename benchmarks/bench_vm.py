@@ -133,6 +133,18 @@ def _recv(s, n, window=float(sys.argv[3])):
 socket.socket.recv = _recv""",
 )
 
+# The same peer hardened as a worker is (seccomp allow list, Landlock, rlimits, fds closed,
+# environment cleared) once its imports are done: what the hardening adds to a round trip.
+# With a seccomp action cache (Linux 5.11+), a syscall the filter always allows costs no
+# BPF run at all; this row checks that rather than assuming it.
+_HARDENED_ECHO = _ECHO.replace(
+    "import msgpack",
+    """import msgpack
+from suaveplan_sandbox.vm._hardening import RlimitSettings, apply_hardening, prepare_hardening
+_plan = prepare_hardening(RlimitSettings(address_space_bytes=None, cpu_seconds=None))
+_report = apply_hardening(_plan, keep_fds=(int(sys.argv[1]),), require=("seccomp",))""",
+)
+
 # The same echo through our sans-IO codec on both ends (validated message objects): what the
 # protocol itself costs, without any sandbox machinery.
 _CODEC_ECHO = """
@@ -439,6 +451,7 @@ def run() -> list[BenchRow]:
             )
         ]
         echo, codec_echo, polling_echo = _Echo(), _Echo(_CODEC_ECHO), _Echo(_POLLING_ECHO)
+        hardened_echo = _Echo(_HARDENED_ECHO)
         try:
             await _per_call(lambda: sb.call("noop"), 200)
             await _per_call(lambda: sb0.call("noop"), 200)
@@ -447,6 +460,7 @@ def run() -> list[BenchRow]:
             calls, reads, calls0, reads0, reads_mem, reads_thread = [], [], [], [], [], []
             reads_python: list[float] = []
             xp_async, xp_block, xp_codec, xp_read, xp_polled = [], [], [], [], []
+            xp_hardened: list[float] = []
             echo_cpu, call_cpu, read_cpu = _Cpu(echo.proc.pid), _Cpu(sb.pid), _Cpu(sb.pid)
             call0_cpu, read0_cpu = _Cpu(sb0.pid), _Cpu(sb0.pid)
             for _ in range(ROUNDS):
@@ -457,15 +471,17 @@ def run() -> list[BenchRow]:
                 # The blocking echo and the raw read alternate in small batches: on this VM
                 # a blocking round trip's cost drifts with how idle the other vCPU is, and
                 # one long batch of each measured the floor anywhere from 2x to 4x.
-                block_t = raw_t = polled_t = 0.0
+                block_t = raw_t = polled_t = hardened_t = 0.0
                 for _ in range(10):
                     block_t += echo.blocking(100)
+                    hardened_t += hardened_echo.blocking(100)
                     raw_t += echo.blocking_read(50)
                     polling_echo.polling_read(5)  # its peer has stopped polling meanwhile
                     polled_t += polling_echo.polling_read(50)
                 xp_block.append(block_t / 10)
                 xp_read.append(raw_t / 10)
                 xp_polled.append(polled_t / 10)
+                xp_hardened.append(hardened_t / 10)
                 reads.append(await read_cpu.run(_per_call(lambda: sb.call("read"), 300), 300))
                 reads0.append(await read0_cpu.run(_per_call(lambda: sb0.call("read"), 300), 300))
                 reads_mem.append(await _per_call(lambda: sbm.call("read"), 300))
@@ -476,6 +492,7 @@ def run() -> list[BenchRow]:
             echo.close()
             codec_echo.close()
             polling_echo.close()
+            hardened_echo.close()
             for box in (sb, sb0, sbm, sbt, sbp):
                 await box.dispose()
             threaded.close()
@@ -485,6 +502,16 @@ def run() -> list[BenchRow]:
         base_async, base_block = statistics.median(xp_async), statistics.median(xp_block)
         cross = "cross-process msgpack echo (asyncio)"
         rows.append(ratio_row("vm.call noop", call_s, cross, base_async, at_most=1.5))
+        # The hardening's share of a round trip: the same blocking echo with its peer hardened.
+        rows.append(
+            ratio_row(
+                "cross-process msgpack echo (blocking), peer hardened",
+                statistics.median(xp_hardened),
+                "cross-process msgpack echo (blocking)",
+                base_block,
+                info=True,
+            )
+        )
         rows.append(
             ratio_row("vm.call noop, busy_poll_us=0", call0_s, cross, base_async, info=True)
         )
