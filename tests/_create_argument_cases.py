@@ -3,6 +3,10 @@ the checks they share live in `suaveplan_sandbox._create_arguments`, so do their
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from suaveplan_sandbox.adapters import Adapters
+
 
 class BytesPath:
     """An os.PathLike whose path is bytes."""
@@ -48,4 +52,15 @@ COMMON_BAD_ARGUMENTS: list[tuple[str, object]] = [
     ("audit", 5),
     ("audit", "audit.jsonl"),
     ("audit", NoMethods()),
+]
+
+
+# Combinations a create refuses because it would silently ignore one of them; the first
+# item is the argument the error names. `create_vm_sandbox` opens its default adapter set
+# only without `proxies=`, so `data_dir=` (where that set keeps SQLite) would go unused.
+# `create_wasm_sandbox` has no default set and nothing it takes depends on `proxies=`
+# (its `cache_dir=` is a cache, used whenever a module is compiled), so it has none.
+VM_IGNORED_COMBINATIONS: list[tuple[str, dict[str, object]]] = [
+    ("data_dir", {"proxies": Adapters(), "data_dir": "/srv/plugin-data"}),
+    ("data_dir", {"proxies": Adapters(), "data_dir": Path("relative/data")}),
 ]

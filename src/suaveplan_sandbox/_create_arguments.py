@@ -62,3 +62,23 @@ def check_common_create_arguments(
     ):
         if value is not None and not callable(getattr(value, method, None)):
             raise bad_argument(argument, f"{argument} must have a callable {method}()", value)
+
+
+def check_unused_with_proxies(*, proxies: object, **only_without_proxies: object) -> None:
+    """Refuse an argument that configures the adapter set a create opens itself when it is
+    given no `proxies=`: with `proxies=` nothing would use it, and a host that passed both
+    (`data_dir=` for its plugin's database) would be silently ignored."""
+    if proxies is None:
+        return
+    for argument, value in only_without_proxies.items():
+        if value is not None:
+            raise SuaveplanError(
+                "SAND_INVALID_ARGUMENT",
+                f"{argument} configures the default adapters, which proxies= replaces: "
+                f"pass it to open_standard_adapters instead",
+                {
+                    "argument": argument,
+                    "type": type(value).__name__,
+                    "reason": "ignored-with-proxies",
+                },
+            )

@@ -24,17 +24,29 @@ from pydantic import (
     StrictInt,
     StrictStr,
     field_validator,
+    model_validator,
 )
 from pydantic import ValidationError as PydanticValidationError
 
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
+from suaveplan_sandbox.permissions import _manifest_data
 from suaveplan_sandbox.permissions._fetch_rules import FetchRuleError
 from suaveplan_sandbox.permissions._fs_rules import FsRuleError
+from suaveplan_sandbox.permissions._manifest_data import (
+    MAX_MANIFEST_RULES,
+    ManifestDataError,
+    plain_manifest_data,
+)
 from suaveplan_sandbox.permissions._rule_cache import compiled_fetch_rules, compiled_fs_rules
 from suaveplan_sandbox.permissions._table_names import RESERVED_TABLE_PREFIXES
 from suaveplan_sandbox.permissions._topic_rules import validate_topic_rule
 
-MAX_MANIFEST_BYTES: Final = 1024 * 1024
+# A manifest file's size bound; a manifest given as data is held to it too (`_manifest_data`,
+# where the other bounds are).
+MAX_MANIFEST_BYTES: Final = _manifest_data.MAX_MANIFEST_BYTES
+# At most this many problems are listed in `details.errors` (the rest are counted in
+# `details.errors_omitted`): an error about ten thousand bad rules stays small.
+MAX_MANIFEST_PROBLEMS: Final = 50
 PLUGIN_NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 TABLE_PREFIX_PATTERN: Final = r"^[a-z][a-z0-9_]{0,30}_$"
 SECRET_NAME_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"  # noqa: S105 — a name pattern
@@ -78,10 +90,14 @@ class Budgets(_Strict):
     )
 
 
+# A rule list: at most `MAX_MANIFEST_RULES` entries (also when a block is validated alone).
+_Rules = Annotated[tuple[StrictStr, ...], Field(max_length=MAX_MANIFEST_RULES)]
+
+
 @final
 class PermissionsBlock(_Strict):
-    fs: tuple[StrictStr, ...] = ()
-    fetch: tuple[StrictStr, ...] = ()
+    fs: _Rules = ()
+    fetch: _Rules = ()
     budgets: Budgets = Budgets()
 
     @field_validator("fs")
@@ -134,8 +150,8 @@ class SecretDecl(_Strict):
 
 @final
 class EventsBlock(_Strict):
-    publishes: tuple[StrictStr, ...] = ()
-    subscribes: tuple[StrictStr, ...] = ()
+    publishes: _Rules = ()
+    subscribes: _Rules = ()
 
     @field_validator("publishes", "subscribes")
     @classmethod
@@ -158,8 +174,16 @@ class Manifest(_Strict):
     entry: StrictStr | None = None
     permissions: PermissionsBlock = PermissionsBlock()
     database: DatabaseBlock | None = None
-    secrets: tuple[SecretDecl, ...] = ()
+    secrets: Annotated[tuple[SecretDecl, ...], Field(max_length=MAX_MANIFEST_RULES)] = ()
     events: EventsBlock = EventsBlock()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_and_bounded(cls, data: object) -> object:
+        """Whatever pydantic is given is first copied into plain, bounded data, and only the
+        copy is validated (`_manifest_data`): the bounds hold on every route into a
+        `Manifest`, and are judged before any rule is compiled."""
+        return plain_manifest_data(data)
 
     @field_validator("secrets")
     @classmethod
@@ -201,7 +225,9 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 def _manifest_error(problems: list[dict[str, WireValue]], what: str) -> SuaveplanError:
     first = problems[0] if problems else {}
-    details: dict[str, WireValue] = {"errors": list(problems)}
+    details: dict[str, WireValue] = {"errors": list(problems[:MAX_MANIFEST_PROBLEMS])}
+    if len(problems) > MAX_MANIFEST_PROBLEMS:
+        details["errors_omitted"] = len(problems) - MAX_MANIFEST_PROBLEMS
     for key in ("path", "field", "index"):
         if key in first:
             details[key] = first[key]
@@ -218,7 +244,14 @@ def _problems(exc: PydanticValidationError) -> list[dict[str, WireValue]]:
         ctx = err.get("ctx") or {}
         cause = ctx.get("error")
         message = str(err["msg"])
-        if isinstance(cause, _RuleError):
+        kind = str(err["type"])
+        if isinstance(cause, ManifestDataError):
+            loc = cause.loc
+            field_path = _location(tuple(p for p in loc if not isinstance(p, int)))
+            index = next((p for p in reversed(loc) if isinstance(p, int)), None)
+            message = cause.message
+            kind = cause.kind
+        elif isinstance(cause, _RuleError):
             index = cause.index
             message = cause.message
             loc = (*loc, index)
@@ -228,7 +261,7 @@ def _problems(exc: PydanticValidationError) -> list[dict[str, WireValue]]:
             "path": _location(loc),
             "field": field_path,
             "message": message,
-            "type": str(err["type"]),
+            "type": kind,
         }
         if index is not None:
             problem["index"] = index
@@ -241,7 +274,12 @@ def parse_manifest(data: object, *, source: str = "dict") -> Manifest:
 
     A `Manifest` is validated again: pydantic's `model_construct` and `model_copy(update=)`
     make one without validation, and a name like `../x` or an absolute fs rule must not
-    reach a policy (the name becomes a file name under a host's `data_dir`)."""
+    reach a policy (the name becomes a file name under a host's `data_dir`).
+
+    A mapping is a `dict` (a subclass is read as the dict it stores, without calling its
+    methods); another `Mapping` is refused, as is anything past the bounds in
+    `_manifest_data` (`MAX_MANIFEST_RULES` entries in a list, `MAX_MANIFEST_BYTES` in all …),
+    which are judged before anything else is."""
     if isinstance(data, Manifest):
         try:
             checked = Manifest.model_validate(
@@ -258,7 +296,8 @@ def parse_manifest(data: object, *, source: str = "dict") -> Manifest:
             [{"path": "", "field": "", "message": "a manifest is a mapping"}], source
         )
     try:
-        return Manifest.model_validate(dict(data))
+        # Not `dict(data)`: that would run a dict subclass's own `keys` and `__getitem__`.
+        return Manifest.model_validate(data)
     except PydanticValidationError as exc:
         raise _manifest_error(_problems(exc), source) from None
 

@@ -85,6 +85,7 @@ from suaveplan_sandbox._create_arguments import (
     bad_argument,
     check_common_create_arguments,
     check_path_argument,
+    check_unused_with_proxies,
 )
 from suaveplan_sandbox._loop_thread import LoopThread
 from suaveplan_sandbox._printable import printable
@@ -1350,7 +1351,9 @@ async def create_vm_sandbox(
     what the manifest grants (`open_standard_adapters`): fs beneath the policy root, public
     fetch, a private event bus, the audit log; SQLite under `data_dir` when the manifest has
     a database (without `data_dir`, db requests fail with `SAND_ADAPTER_MISSING`). Secrets
-    need an explicit `proxies=` (nothing is read from the environment).
+    need an explicit `proxies=` (nothing is read from the environment). `data_dir` belongs to
+    that default set: with `proxies=` it would go unused, so the two together are refused
+    (`SAND_INVALID_ARGUMENT`, `details.argument="data_dir"`) before anything starts.
 
     `busy_poll_us` (0 to `MAX_BUSY_POLL_US`): how long the host's loop and the worker poll
     for an answer before they block (see the module docstring), and whether a call may wait
@@ -1381,6 +1384,7 @@ async def create_vm_sandbox(
         clock=clock,
         audit=audit,
     )
+    check_unused_with_proxies(proxies=proxies, data_dir=data_dir)
     _check_required_layers(require_hardening)
     if type(busy_poll_us) is not int or not 0 <= busy_poll_us <= MAX_BUSY_POLL_US:
         raise SuaveplanError(

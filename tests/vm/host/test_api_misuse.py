@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
-from _create_argument_cases import COMMON_BAD_ARGUMENTS, bad_paths
+from _create_argument_cases import COMMON_BAD_ARGUMENTS, VM_IGNORED_COMBINATIONS, bad_paths
 from suaveplan_sandbox.adapters import Adapters, InProcessEventBus
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.permissions import PermissionPolicy
@@ -123,6 +123,50 @@ async def test_a_create_argument_it_cannot_use_is_refused_before_anything_starts
     assert info.value.code == "SAND_INVALID_ARGUMENT"
     assert info.value.details["argument"] == argument
     assert await _settled(baseline) == baseline
+
+
+@pytest.mark.parametrize(
+    ("argument", "combination"),
+    VM_IGNORED_COMBINATIONS,
+    ids=[f"{a}-{i}" for i, (a, _c) in enumerate(VM_IGNORED_COMBINATIONS)],
+)
+async def test_an_argument_proxies_would_make_it_ignore_is_refused_before_anything_starts(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argument: str,
+    combination: dict[str, Any],
+) -> None:
+    # `data_dir=` says where the default adapter set keeps SQLite; with `proxies=` there is
+    # no default set, and the host's data_dir used to be dropped without a word.
+    (tmp_path / "data").mkdir()
+    policy = _policy(
+        tmp_path, database={"tablePrefix": "misuse_"}, permissions={"fs": ["./data/*"]}
+    )
+    baseline = await _warm(tmp_path)
+
+    def never(*_a: object, **_k: object) -> None:
+        raise AssertionError("something started before the arguments were checked")
+
+    monkeypatch.setattr(_sandbox, "load_plugin", never)
+    monkeypatch.setattr(_sandbox, "open_standard_adapters", never)
+    monkeypatch.setattr(_sandbox, "fork_server", never)
+    with pytest.raises(SuaveplanError) as info:
+        await create_vm_sandbox(plugin_module_path=_plugin(tmp_path), policy=policy, **combination)
+    assert info.value.code == "SAND_INVALID_ARGUMENT"
+    assert info.value.details["argument"] == argument
+    assert info.value.details["reason"] == "ignored-with-proxies"
+    assert await _settled(baseline) == baseline
+
+
+def test_the_blocking_facade_refuses_an_ignored_combination_too(tmp_path: Path) -> None:
+    with pytest.raises(SuaveplanError) as info:
+        create_vm_sandbox_sync(
+            plugin_module_path=_plugin(tmp_path),
+            policy=_policy(tmp_path),
+            proxies=Adapters(),
+            data_dir=tmp_path,
+        )
+    assert info.value.details["argument"] == "data_dir"
 
 
 def test_the_blocking_facade_refuses_a_bad_argument_and_stops_its_loop_thread(

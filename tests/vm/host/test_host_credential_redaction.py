@@ -172,7 +172,8 @@ async def test_a_creation_refused_over_credentials_is_coded_and_leaves_nothing_o
                 plugin_module_path=_plugin(tmp_path),
                 policy=policy,
                 proxies=proxies,
-                data_dir=tmp_path / "state",
+                # Only for the default set: with `proxies=` it is refused (nothing uses it).
+                data_dir=tmp_path / "state" if proxies is None else None,
                 redact=redact,  # type: ignore[arg-type]
             )
         return info.value
