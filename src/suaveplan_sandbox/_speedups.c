@@ -862,12 +862,17 @@ fetch_decide(FetchMatcher *self, PyObject *url)
                 break;
             }
         }
+        const ada_url_components *c = ada_get_components(handle);
         if (!ascii || href.length > (size_t)PY_SSIZE_T_MAX) {
             /* WHATWG serialisation is ASCII; anything else is a parser surprise: refuse. */
             decision = Py_NewRef(self->deny_invalid);
         }
+        else if (c->port == 0) {
+            /* An explicit port 0 (`:0`, `:00`, ...) names no destination: `invalid-url`,
+             * whatever the scheme, as `FetchRuleSet._decide` decides. */
+            decision = Py_NewRef(self->deny_invalid);
+        }
         else {
-            const ada_url_components *c = ada_get_components(handle);
             decision = fetch_select(self, href.data, (Py_ssize_t)href.length, c->host_start,
                                     c->host_end, c->port);
         }

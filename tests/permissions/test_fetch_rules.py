@@ -263,10 +263,19 @@ _MODEL_RULES = [
 ]
 
 
+def _explicit_port(url: str) -> str:
+    """The port the URL spells out, as the ada wrapper serialises it ("" when none is)."""
+    import ada_url
+
+    return str(ada_url.URL(url).port)
+
+
 def _model_decision(url: str) -> Allow | Deny:
     """The decision rebuilt from the wrapper's parse and the rules' documented meaning."""
     parsed = _wrapper_view(url)
     if parsed is None:
+        return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
+    if _explicit_port(url) == "0":  # port 0 names no destination: refused with the parse
         return Deny(capability="fetch", reason=DenyReason.INVALID_URL)
     if parsed.scheme not in ("https", "http"):
         return Deny(capability="fetch", reason=DenyReason.SCHEME_NOT_PERMITTED)

@@ -387,7 +387,12 @@ _URL_TEXT = st.one_of(
         st.sampled_from(["", "u@", "u:p@", "@", "a@b@"]),
         _HOST,
         st.sampled_from(["", "."]),
-        st.sampled_from(["", ":80", ":443", ":8080", ":0", ":65536", ":"]),
+        st.sampled_from(
+            [
+                *("", ":80", ":443", ":8080", ":0", ":65536", ":"),
+                *(":00", ":0000", ":0080", ":00443", ":1", ":65535", ":99999"),
+            ]
+        ),
         st.sampled_from(["", "/", "/x?y#z", "\\x", "/%2e%2e/", "/é"]),
     ),
     st.text(max_size=40),
@@ -425,11 +430,41 @@ def test_fetch_c_matches_the_reference_on_generated_rules_and_urls(
         "https://a.example.com%2f@evil.com/",
         "https://é.example.com/",
         "javascript:alert(1)",
+        # Port 0 is `invalid-url` with the parse (whatever the scheme); its neighbours are not.
+        "https://a.example.com:0/",
+        "https://a.example.com:00/",
+        "https://a.example.com:0000/",
+        "https://a.example.com:\t0/",
+        "http://a.example.com:0/",
+        "ftp://a.example.com:0/",
+        "https://[::1]:0/",
+        "https://u:p@a.example.com:0/",
+        "https://a.example.com:1/",
+        "https://a.example.com:0080/",
+        "http://a.example.com:0080/",
+        "https://a.example.com:65535/",
+        "https://a.example.com:65536/",
+        "https://[::1]:08080/",
     ],
 )
 def test_fetch_c_matches_the_reference_on_hostile_urls(url: str) -> None:
     fast, slow = _pair_fetch(["*.example.com", "http:a.example.com:80", "[::1]:8080"])
     _same(fast.fast_check, slow.check, url)
+
+
+@pytest.mark.parametrize(
+    "port", ["0", "00", "0000", "1", "01", "80", "0080", "443", "65535", "065535", "65536", ""]
+)
+@pytest.mark.parametrize("scheme", ["https", "http", "ftp"])
+@pytest.mark.parametrize("host", ["a.example.com", "[::1]", "1.2.3.4", "elsewhere.test"])
+def test_fetch_c_and_the_reference_agree_on_port_zero_and_its_neighbours(
+    port: str, scheme: str, host: str
+) -> None:
+    fast, slow = _pair_fetch(["*.example.com", "http:a.example.com:80", "[::1]", "1.2.3.4"])
+    decision = _same(fast.fast_check, slow.check, f"{scheme}://{host}:{port}/p")
+    # An explicit port 0, however spelt, and a port past 65535 (WHATWG does not parse it).
+    invalid = (port != "" and port.strip("0") == "") or port == "65536"
+    assert (decision == Deny(capability="fetch", reason=DenyReason.INVALID_URL)) is invalid
 
 
 @pytest.mark.parametrize("url", [None, 1, b"https://a.example.com/"])

@@ -129,6 +129,11 @@ def address_refused(ip: IpAddress) -> bool:
     )
 
 
+def _valid_port(port: object) -> bool:
+    """A port a connection can be made to: an int in 1..65535 (port 0 names no destination)."""
+    return type(port) is int and 0 < port <= 65535
+
+
 def _rule_host(rule: str) -> str | None:
     text = rule.removeprefix("http:")
     if text.startswith("["):
@@ -541,6 +546,10 @@ class HttpxFetch:
             parsed = parse_url(url)
             if parsed is None or parsed.scheme not in _DEFAULT_PORTS:
                 raise SuaveplanError("SAND_FETCH_FAILED", "the URL does not parse")
+            if not _valid_port(parsed.port):
+                # The checker denies `:0` (`invalid-url`); an adapter called directly, or a
+                # `recheck` that lets one through, still never resolves or dials it.
+                raise SuaveplanError("SAND_FETCH_FAILED", "the URL names port 0")
             addresses = await self.vet(parsed.host, parsed.port, rule)
             budget.remaining = _HEAD_BYTES
             response = await self._send(parsed, addresses, method, headers, body)
@@ -665,6 +674,8 @@ class HttpxFetch:
         name = canonical_connect_host(host)
         if name is None:
             raise SuaveplanError("SAND_FETCH_FAILED", "the host is not a valid host name")
+        if not _valid_port(port):  # as `check_host` refuses it: never resolved, never dialled
+            raise SuaveplanError("SAND_FETCH_FAILED", "the port is not 1..65535")
         addresses = await self.vet(name, port, rule)
         # One deadline across every address: a name answering with many addresses that
         # swallow SYNs must not hold a thread for `timeout` times each of them.

@@ -372,8 +372,9 @@ class FetchRuleSet:
     def _decide(self, url: object) -> Allow | Deny:
         """`_parse_fields` specialised to what a fetch decision needs, inline: on an uncached
         check the parse is most of the cost, and a call plus a tuple of fields would add a
-        tenth of it. Only `https:`/`http:` go on, so the host type follows from the host
-        text (see `_parse_fields`); the URL vectors pin the decisions."""
+        tenth of it. An explicit port 0 is `invalid-url` (checked with the parse, before the
+        scheme). Only `https:`/`http:` go on, so the host type follows from the host text
+        (see `_parse_fields`); the URL vectors pin the decisions."""
         if type(url) is not str:
             return _DENY_INVALID
         try:
@@ -393,6 +394,11 @@ class FetchRuleSet:
             port_value = parts.port
         finally:
             _ada_free(handle)
+        if port_value == 0:
+            # WHATWG accepts `:0` (and `:00`, `:0000`), but port 0 names no destination
+            # (nothing can listen on it): a malformed URL, whatever its scheme, refused with
+            # the parse, as `check_host` refuses port 0. `_speedups.c` does the same.
+            return _DENY_INVALID
         # The serialised scheme is lower-case and ends at the first ":".
         if href[:6] == "https:":
             http = False
