@@ -47,6 +47,7 @@ from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest._policy import (
     CLASS_STAMP,
     FORMAT_ATTRS,
+    METACLASS_HOOKS,
     SPOOFABLE_ATTRS,
     check_format_string,
     is_forbidden_attr,
@@ -354,13 +355,58 @@ def mark_plugin_class(cls: type) -> None:
         _b.type.__setattr__(cls, _MARK, info.mro if info.pure else info)
 
 
-def refuse_metaclass(cls: type) -> None:
+def _is_metaclass(cls: type, guarded: tuple[type, ...]) -> bool:
+    # By identity: `in` would ask each class's metaclass for `__eq__`.
+    return any(c is _b.type or any(c is g for g in guarded) for c in cls.__mro__)
+
+
+def _no_metaclass() -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_VM_INDIRECT_EVAL_REJECTED", "a class deriving from type is not available"
+    )
+
+
+def refuse_metaclass(cls: type, *guarded: type) -> None:
     """A class deriving from the real `type` (e.g. `class M(typing.Type)`) is a metaclass:
-    calling it with three arguments builds a class from any namespace (dunders included)."""
-    if _b.type in cls.__mro__:
-        raise SuaveplanError(
-            "SAND_VM_INDIRECT_EVAL_REJECTED", "a class deriving from type is not available"
-        )
+    calling it with three arguments builds a class from any namespace (dunders included).
+    `guarded`: what the guest has for `type` (its subclasses are refused alike)."""
+    if _is_metaclass(cls, guarded):
+        raise _no_metaclass()
+
+
+def refuse_metaclass_bases(bases: tuple[object, ...], *guarded: type) -> None:
+    """`refuse_metaclass` before the class exists. While `type.__new__` makes a class it runs
+    the plugin's hooks with it (`__set_name__` of its namespace, a base's `__init_subclass__`,
+    a descriptor's `__get__` that `abc` reads), so a metaclass refused only once it was made
+    had already been handed out. The bases are resolved as `__build_class__` resolves them
+    (CPython's `update_bases`: a base that is not a class is replaced by what its
+    `__mro_entries__` returns; `typing.Type[int]` gives its origin), so `__mro_entries__`
+    runs twice, here and in `__build_class__`: the plugin's own can answer differently the
+    second time only with classes it holds, and it holds no metaclass."""
+    for base in bases:
+        if issubclass(_b.type(base), _b.type):
+            resolved: tuple[object, ...] = (base,)
+        else:
+            entries = getattr(base, "__mro_entries__", None)
+            if entries is None:
+                continue
+            resolved = entries(bases)
+            if not issubclass(_b.type(resolved), tuple):
+                raise TypeError("__mro_entries__ must return a tuple")
+        for cls in resolved:
+            if issubclass(_b.type(cls), _b.type) and _is_metaclass(cls, guarded):  # type: ignore[arg-type]
+                raise _no_metaclass()
+
+
+def refuse_metaclass_hooks(cls: type) -> None:
+    """A plugin class whose MRO finds a `METACLASS_HOOKS` name in the plugin's own classes:
+    `abc` would call it with the classes it checks. The policy refuses a class body that
+    defines one; this holds whatever else put one into a plugin class's namespace. (A
+    foreign class's own, e.g. `types.GenericAlias.__instancecheck__`, is trusted code.)"""
+    for name in METACLASS_HOOKS:
+        owner = _owner(cls.__mro__, name)
+        if owner is not None and (owner is cls or owner in PLUGIN_CLASSES):
+            raise forbidden(f"a class may not have {name} (a metaclass hook)")
 
 
 def check_match_args(cls: type) -> None:

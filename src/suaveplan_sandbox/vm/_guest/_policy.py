@@ -9,7 +9,8 @@ resolves to the plugin's own class, instance, function or module (a foreign
 `ForwardRef._evaluate` or `Enum._convert_` would run `eval` or hand out a real module).
 A decorated dunder method in a class body is checked to stay a method
 (`__sp_dunder_def__`), so a decorator cannot turn `def __match_args__` into the tuple a
-`match` class pattern reads attribute names from.
+`match` class pattern reads attribute names from. A class body may not define the metaclass
+hooks of `METACLASS_HOOKS` at all.
 """
 
 from __future__ import annotations
@@ -108,6 +109,16 @@ OWNED_ONLY_ATTRS: Final = frozenset({"obj"})
 # `__sp_attr_hook__` (see `_guards.g_attr_hook`) so that neither can answer them.
 SPOOFABLE_ATTRS: Final = frozenset({"__class__", "__dict__"})
 ATTR_HOOKS: Final = frozenset({"__getattribute__", "__getattr__"})
+# Hooks of a metaclass that CPython and the standard library also look up on a class (or
+# on any object used as a class in isinstance/issubclass) with an ordinary attribute
+# lookup, where a class's own definition shadows its metaclass's: `abc`'s C checks call
+# `cls.__subclasscheck__(type(instance))` and `cls.__subclasses__()`, and
+# `issubclass(C, obj)` calls `obj.__subclasscheck__(C)`. A plugin class defining one was
+# handed the classes trusted code checked, e.g. the real `type` (`isinstance(int, P)`), whose
+# three-argument call builds a class from any namespace. Plugins cannot write metaclasses,
+# so these have no other use: a class body may not define them (nor, see
+# `_guards.refuse_metaclass_hooks`, may a plugin class carry one another way).
+METACLASS_HOOKS: Final = frozenset({"__subclasscheck__", "__instancecheck__", "__subclasses__"})
 
 _ALLOWED_NODES: Final[tuple[type[ast.AST], ...]] = (
     ast.Module,
@@ -319,6 +330,13 @@ class _Checker(ast.NodeTransformer):
             raise _err(
                 "SAND_VM_ATTRIBUTE_FORBIDDEN",
                 "dunder function names only in classes",
+                self.filename,
+                node,
+            )
+        if self.class_depth and name in METACLASS_HOOKS:
+            raise _err(
+                "SAND_VM_ATTRIBUTE_FORBIDDEN",
+                f"a class may not define {name} (a metaclass hook)",
                 self.filename,
                 node,
             )

@@ -41,6 +41,8 @@ from suaveplan_sandbox.vm._guest._guards import (
     mark_plugin_class,
     private_ok,
     refuse_metaclass,
+    refuse_metaclass_bases,
+    refuse_metaclass_hooks,
 )
 from suaveplan_sandbox.vm._guest._guards import __file__ as _guards_file
 from suaveplan_sandbox.vm._guest._lazy_imports import C_IMPLICIT_IMPORTS, preload_lazy_imports
@@ -296,9 +298,11 @@ _PLUGIN_MODULES = PLUGIN_MODULES
 
 
 def _build_class(func: Callable[..., object], name: str, *bases: object, **kw: object) -> object:
+    refuse_metaclass_bases(bases, GuardedType)
     cls = build_plugin_class(func, name, *bases, **kw)
     if isinstance(cls, _b.type):
-        refuse_metaclass(cls)
+        refuse_metaclass(cls, GuardedType)
+        refuse_metaclass_hooks(cls)
         mark_plugin_class(cls)
         _guard_subclasshook(cls)
         # Inherited dataclass fields and match arguments are read natively by name: on
@@ -436,7 +440,12 @@ PROTOCOL_MEMBERS_ALLOWED: Final = frozenset(
 def check_protocol_members(cls: object) -> None:
     if not isinstance(cls, _b.type) or not getattr(cls, "_is_protocol", False):
         return
-    attrs = _typing._get_protocol_attrs(cls)  # type: ignore[attr-defined]
+    attrs = set(_typing._get_protocol_attrs(cls))  # type: ignore[attr-defined]
+    # 3.12+ checks the members typing listed when the class was made (`__protocol_attrs__`),
+    # not the class's names now: a private member the plugin deleted since still counts.
+    stored = cls.__dict__.get("__protocol_attrs__")
+    if isinstance(stored, (set, frozenset)):
+        attrs |= stored
     for attr in attrs:
         n = norm(str(attr))
         if (n.startswith("_") or is_forbidden_attr(n)) and n not in PROTOCOL_MEMBERS_ALLOWED:
@@ -640,6 +649,24 @@ class GuardedType(metaclass=_GuardedTypeMeta):
     __slots__ = ()
 
 
+def install_typing_type_guard() -> None:
+    """Worker-only, before any plugin runs: `typing.Type`'s origin becomes `GuardedType`.
+
+    `typing.Type` held the real `type` as its origin, and typing compares an origin with
+    objects the guest chooses: `class C(typing.Type[int], obj)` runs `__mro_entries__`,
+    which tests `self.__origin__ not in bases`, so `obj.__eq__` was handed the real `type`
+    (whose three-argument call builds a class from any namespace); `_GenericAlias.__eq__`
+    compares origins the same way. The guest's `type` keeps `typing.Type[X]`'s meaning
+    (`isinstance(int, typing.Type)` holds; subclassing it is refused like subclassing
+    `type`). typing's caches are cleared so that no alias made before keeps the real one.
+    Irreversible and process-wide."""
+    alias: Any = _typing.Type  # noqa: UP006 - the alias object itself
+    if alias.__origin__ is _b.type:
+        alias.__origin__ = GuardedType
+    for clear in getattr(_typing, "_cleanups", ()):
+        clear()
+
+
 def _direct_eval(*args: object, **kwargs: object) -> NoReturn:
     raise SuaveplanError("SAND_VM_EVAL_REJECTED", "eval/exec/compile are not available")
 
@@ -733,6 +760,7 @@ def prepare_worker_interpreter() -> None:
     preload_lazy_imports()
     install_protocol_guard()
     install_stdlib_guards()
+    install_typing_type_guard()
     seal_shared_classes()
     _PREBUILT_BUILTINS[:] = [_shared_builtins()]
 
