@@ -142,7 +142,7 @@ TRAPPING_START = """
         ("preopen-denied-after-another-opened", "SAND_WASM_PREOPEN_DENIED"),
         ("module-does-not-compile", "SAND_WASM_INSTANTIATION_FAILED"),
         ("wasi-unstable", "SAND_WASM_WASI_VERSION_UNSUPPORTED"),
-        ("start-function-traps", "SAND_WASM_INSTANTIATION_FAILED"),
+        ("start-function-traps", "SAND_WASM_TRAP"),
     ],
 )
 async def test_a_create_that_fails_part_way_leaves_no_fd_or_thread(

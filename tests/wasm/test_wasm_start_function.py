@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+import wasmtime
 
 from suaveplan_sandbox.adapters import Adapters
 from suaveplan_sandbox.errors import SuaveplanError
@@ -203,11 +204,89 @@ async def test_a_start_function_held_in_a_synchronous_adapter_is_abandoned_at_th
     assert await asyncio.to_thread(secrets.returned.wait, 10)
 
 
-async def test_a_trapping_start_function_still_fails_create_as_instantiation_failed(
+# -- traps in the start function ------------------------------------------------------------
+
+# Traps in its start function when run with arguments (a create passes none).
+TRAPPING_START_WITH_ARGV: Final = """
+(module
+  (import "wasi_snapshot_preview1" "args_sizes_get" (func $sizes (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func $maybe_trap
+    (drop (call $sizes (i32.const 0) (i32.const 4)))
+    (if (i32.load (i32.const 0)) (then (drop (i32.div_u (i32.const 1) (i32.const 0))))))
+  (start $maybe_trap)
+  (func (export "_start"))
+  (func (export "answer") (result i32) (i32.const 42)))
+"""
+# The start function's name is the guest's text: it must not reach the details.
+NAMED_TRAPPING_START: Final = """
+(module
+  (func $hunter2_private_name unreachable)
+  (start $hunter2_private_name)
+  (func (export "boom") unreachable))
+"""
+# A data segment past the memory's end traps while the module is instantiated, before any
+# guest code runs (with or without a start function).
+SEGMENT_OUT_OF_BOUNDS: Final = """
+(module (memory 1) (data (i32.const 70000) "x") (func $s) {start})
+"""
+
+
+async def test_a_trapping_start_function_fails_create_as_a_trap_like_a_call(
     root: Path, wat: Callable[[str], Path]
 ) -> None:
     with pytest.raises(SuaveplanError) as info:
         await create_wasm_sandbox(
             wasm_module_path=wat(TRAPPING_START), policy=policy(root, {"wallClockMs": 1000})
         )
+    assert info.value.code == "SAND_WASM_TRAP"
+    assert info.value.details == {"stage": "start", "trap": "unreachable"}
+    assert isinstance(info.value.__cause__, wasmtime.Trap)
+    # A trap in a call: the same code, and the same details but for the stage.
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(NAMED_TRAPPING_START.replace("(start $hunter2_private_name)", "")),
+        policy=policy(root, {}),
+    ) as sb:
+        with pytest.raises(SuaveplanError) as in_call:
+            await sb.call("boom")
+    assert in_call.value.code == "SAND_WASM_TRAP"
+    assert in_call.value.details == {"stage": "call", "trap": "unreachable"}
+
+
+async def test_a_start_function_trap_names_its_kind_and_nothing_the_guest_wrote(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(
+            wasm_module_path=wat(NAMED_TRAPPING_START), policy=policy(root, {})
+        )
+    assert info.value.details == {"stage": "start", "trap": "unreachable"}
+    assert "hunter2" not in repr(info.value.details) + info.value.message
+
+
+async def test_a_start_function_trapping_in_a_run_is_a_trap_and_the_sandbox_serves_on(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    async with await create_wasm_sandbox(
+        wasm_module_path=wat(TRAPPING_START_WITH_ARGV), policy=policy(root, {"wallClockMs": 1000})
+    ) as sb:
+        with pytest.raises(SuaveplanError) as info:
+            await sb.run(argv=["trap"])
+        assert info.value.code == "SAND_WASM_TRAP"
+        assert info.value.details == {"stage": "start", "trap": "integer-division-by-zero"}
+        assert sb.state == "ready"
+        assert (await sb.run()).exit_code == 0
+        assert await sb.call("answer") == 42
+
+
+@pytest.mark.parametrize("start", ["(start $s)", ""], ids=["with-start", "without-start"])
+async def test_a_segment_trapping_before_any_guest_code_is_still_an_instantiation_failure(
+    root: Path, wat: Callable[[str], Path], start: str
+) -> None:
+    with pytest.raises(SuaveplanError) as info:
+        await create_wasm_sandbox(
+            wasm_module_path=wat(SEGMENT_OUT_OF_BOUNDS.format(start=start)),
+            policy=policy(root, {"wallClockMs": 1000}),
+        )
     assert info.value.code == "SAND_WASM_INSTANTIATION_FAILED"
+    assert info.value.details == {"stage": "instantiate"}

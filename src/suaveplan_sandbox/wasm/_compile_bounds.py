@@ -360,6 +360,11 @@ def check_compile_bounds(
     return tally.shape()
 
 
+def bound_values(limits: CompileLimits) -> tuple[int, ...]:
+    """The header bounds of `limits` (every `max_*` field): all a bounds refusal depends on."""
+    return tuple(getattr(limits, field) for field in _LIMIT_FIELD.values())
+
+
 def check_compile_shape(shape: CompileShape, limits: CompileLimits) -> None:
     """Refuse a module whose shape (from `check_compile_bounds`) is over `limits`' bounds."""
     for bound, value, function in shape.measures:

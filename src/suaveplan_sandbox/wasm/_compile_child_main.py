@@ -2,8 +2,11 @@
 
 Runs in a process of its own (`_compile_child.CompileServer` starts it with the host's own
 interpreter, `-I -S`, an empty environment and no stdio), with only this module,
-`_compile_wire`, `_engine_config` and wasmtime loaded — never the package's `__init__`. It
-builds its engine from `engine_config()`, announces `SETTINGS_TAG` (READY), then for each
+`_compile_wire`, `_engine_config`, the VM workers' `arm_lifeline` (`vm._hardening._apply`)
+and wasmtime loaded — never a package's `__init__`. It first arms its lifeline (the read end
+of a pipe only the host can write to: when the host ends, however it ends, SIGIO ends this
+process, even inside Cranelift; see `_compile_child`), builds its engine from
+`engine_config()`, announces `SETTINGS_TAG` (READY), then for each
 COMPILE request: lowers its soft RLIMIT_AS to the address space it uses now plus the
 request's memory bytes and its soft RLIMIT_CPU to the CPU time it used so far plus the
 request's seconds (rounded up: the kernel counts whole seconds), compiles and serializes,
@@ -110,7 +113,15 @@ def _compile(engine: wasmtime.Engine, source: bytes) -> list[bytes | bytearray]:
     return [encode_refused(str(failure), valid=True)]
 
 
-def main(fd: int) -> None:
+def main(fd: int, lifeline: int | None = None) -> None:
+    """Serve the host on socket `fd`; die with the host holding the write end of `lifeline`."""
+    if lifeline is not None:
+        # Imported here, not at the top: the host imports this module too (for its
+        # constants), and needs none of the VM's hardening module for that.
+        from suaveplan_sandbox.vm._hardening._apply import arm_lifeline
+
+        # Before anything slow (the engine): a host already gone ends this process here.
+        arm_lifeline(lifeline)
     sock = socket.socket(fileno=fd)
     # A compile ended by a limit must not write a core file the size of its address space.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -1,4 +1,4 @@
-"""One wasmtime Engine per process, a compiled-module cache, and the one translation point.
+"""One wasmtime Engine per process, the module caches, and the one translation point.
 
 Theory of operation: `engine()` builds the process-wide Engine lazily with epoch interruption
 on; a daemon ticker thread bumps its epoch every `TICK_S`, so a store's epoch deadline is a
@@ -9,32 +9,62 @@ compiling could cost too much (`_compile_bounds`, the cheap first gate), rewrite
 refused `memory.grow`s are recorded (`_instrument`; the original is kept when it cannot be
 instrumented), and gets the bytes that will run compiled: from the host's disk cache when
 `cache_dir` holds an artefact named by the sha256 of those bytes (and the config's hash),
-else by the compile child (`_compile_child`, under the limits' memory and CPU caps) — the
+else by a compile child (`_compile_child`, under the limits' memory and CPU caps) — the
 host never runs Cranelift on a guest's bytes. Either way the host only deserializes.
 `load_module_file` refuses a file larger than `max_bytes` before reading it; `has_start` says
 whether instantiating a module runs guest code (a start function). `check_imports` checks the
 import list (WASI version) before instantiation.
-`translate(exc)` is the only place wasmtime exceptions become coded errors.
+
+Loads of the same bytes share one load (`_flights`): the first does the work, the others wait
+for it and then read the caches under their own limits (and load afresh if its failure was
+one the caches do not keep). Loads of other bytes never wait for it: no lock is held while
+validating, walking, rewriting or compiling, and the compile pool has a second child.
+
+Refusals are cached too (`_refusals`, by sha256, least recently used first out past
+`MAX_REFUSALS`), for exactly as much as each depends on, so a cached refusal is the answer a
+new load would give:
+
+| refused because                                 | a hit needs the same                   |
+|-------------------------------------------------|----------------------------------------|
+| wasmtime finds the bytes invalid                | (nothing)                              |
+| over a header bound (`details.stage="bounds"`)  | header bounds (`CompileLimits.max_*`)  |
+| wasmtime would not compile valid bytes          | `memory_bytes` and `cpu_seconds`; and  |
+| (`compile-failed`)                              | the module's shape is judged by the    |
+|                                                 | asking bounds first, as a cached one's |
+
+A compile failure is held to the memory and CPU it was refused under because wasmtime
+reports some failures for want of memory (an mmap refused under RLIMIT_AS) as an error, not an
+abort: more memory might compile it. Not cached: a compile child that died or timed out (out
+of memory or CPU, killed, starved — the machine's state as much as the module's), and
+anything the host did wrong. A cached
+refusal raises a fresh error each time, with wasmtime's reason chained as a fresh
+`WasmtimeError`.
+`translate(exc)` is the only place wasmtime exceptions become coded errors; a trap names its
+kind (`details.trap`, the `TrapCode`, never the guest's text).
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import importlib.metadata as _metadata
 import os
 import threading
 import time
 import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, final
 
 import wasmtime
 
-from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.wasm._compile_bounds import (
     DEFAULT_COMPILE_LIMITS,
     CompileLimits,
     CompileShape,
+    bound_values,
     check_compile_bounds,
     check_compile_shape,
 )
@@ -82,6 +112,67 @@ _grow: weakref.WeakKeyDictionary[wasmtime.Module, Instrumented | NotInstrumented
 # Compiled module -> whether it has a start function (guest code that runs while it is
 # instantiated; `has_start`).
 _starts: weakref.WeakKeyDictionary[wasmtime.Module, bool] = weakref.WeakKeyDictionary()
+# How many refusals `_refusals` keeps (each a few hundred bytes: a code, details, wasmtime's
+# reason cut to `_MAX_REASON` characters, and a shape).
+MAX_REFUSALS: Final = 1024
+_MAX_REASON: Final = 4096
+
+
+class _DependsOn(enum.Enum):
+    """What a refusal depends on besides the bytes; see the module docstring."""
+
+    NOTHING = "nothing"
+    BOUNDS = "bounds"
+    RESOURCES = "resources"
+
+    def key(self, limits: CompileLimits) -> tuple[int, ...]:
+        if self is _DependsOn.BOUNDS:
+            return bound_values(limits)
+        if self is _DependsOn.RESOURCES:
+            return (limits.memory_bytes, limits.cpu_seconds)
+        return ()
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Refusal:
+    """A refused module's answer, held for the limits it depends on (`under`)."""
+
+    code: str
+    message: str
+    details: tuple[tuple[str, WireValue], ...]
+    reason: str | None  # wasmtime's, chained again on every answer
+    depends: _DependsOn
+    under: tuple[int, ...]
+    shape: CompileShape | None  # within the bounds it was refused under; None: not walked
+
+    def holds_for(self, limits: CompileLimits) -> bool:
+        return self.depends.key(limits) == self.under
+
+    def error(self) -> SuaveplanError:
+        error = SuaveplanError(self.code, self.message, dict(self.details))
+        if self.reason is not None:
+            error.__cause__ = wasmtime.WasmtimeError(self.reason)
+        return error
+
+
+# sha256 of refused bytes -> the refusal (one per module: a newer one replaces it). LRU.
+_refusals: OrderedDict[str, _Refusal] = OrderedDict()
+
+
+@final
+class _Flight:
+    """A load of new bytes in progress; loads of the same bytes wait for it (`joined`)."""
+
+    __slots__ = ("done", "joined")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.joined = 0
+
+
+# sha256 -> the load of those bytes in progress.
+_flights: dict[str, _Flight] = {}
 
 
 class _State:
@@ -153,7 +244,12 @@ def translate(exc: BaseException, *, during: str) -> SuaveplanError:
             "the module could not be compiled or instantiated",
             {"stage": during},
         )
-    return SuaveplanError("SAND_WASM_TRAP", "the guest trapped", {"stage": during})
+    details: dict[str, WireValue] = {"stage": during}
+    code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
+    if code is not None:
+        # The kind only: the trap's message carries the guest's function names.
+        details["trap"] = code.name.lower().replace("_", "-")
+    return SuaveplanError("SAND_WASM_TRAP", "the guest trapped", details)
 
 
 def check_imports(module: wasmtime.Module) -> bool:
@@ -205,16 +301,69 @@ def _too_large(size: int, max_bytes: int) -> SuaveplanError:
     )
 
 
-def _cached(digest: str | None, limits: CompileLimits) -> wasmtime.Module | None:
-    """The cached module for `digest`, if any; raises if it is over `limits`' bounds."""
-    if digest is None:
-        return None
+def _lookup(digest: str, limits: CompileLimits) -> wasmtime.Module | None:
+    """The cached answer for `digest` under `limits`: a module (None if none is cached), or
+    a cached refusal raised afresh. A cached module's shape, and a cached compile failure's,
+    are judged by `limits`' bounds first."""
     with _lock:
         module, shape = _modules.get(digest), _shapes.get(digest)
-    if module is None or shape is None:
-        return None
-    check_compile_shape(shape, limits)
-    return module
+        refusal = None
+        if module is None or shape is None:
+            module = None
+            refusal = _refusals.get(digest)
+            if refusal is not None:
+                if not refusal.holds_for(limits):
+                    refusal = None
+                else:
+                    _refusals.move_to_end(digest)
+    if module is not None and shape is not None:
+        check_compile_shape(shape, limits)
+        return module
+    if refusal is not None:
+        if refusal.shape is not None:
+            check_compile_shape(refusal.shape, limits)
+        raise refusal.error()
+    return None
+
+
+def _cached(digest: str | None, limits: CompileLimits) -> wasmtime.Module | None:
+    """The cached module for `digest`, if any; raises if it is refused under `limits`."""
+    return None if digest is None else _lookup(digest, limits)
+
+
+def _answered(digest: str, limits: CompileLimits) -> bool:
+    """Under `_lock`: whether `_lookup(digest, limits)` would answer from a cache."""
+    if digest in _modules and digest in _shapes:
+        return True
+    refusal = _refusals.get(digest)
+    return refusal is not None and refusal.holds_for(limits)
+
+
+def _refuse(
+    digest: str,
+    error: SuaveplanError,
+    reason: BaseException | None,
+    limits: CompileLimits,
+    depends: _DependsOn,
+    *,
+    shape: CompileShape | None = None,
+) -> SuaveplanError:
+    """Remember `error` as the answer for `digest` (see the module docstring); returns it."""
+    refusal = _Refusal(
+        code=error.code,
+        message=error.message,
+        details=tuple(error.details.items()),
+        reason=None if reason is None else str(reason)[:_MAX_REASON],
+        depends=depends,
+        under=depends.key(limits),
+        shape=shape,
+    )
+    with _lock:
+        _refusals[digest] = refusal
+        _refusals.move_to_end(digest)
+        while len(_refusals) > MAX_REFUSALS:
+            _refusals.popitem(last=False)
+    return error
 
 
 def cached_module_file(
@@ -273,10 +422,10 @@ def load_module_file(
         raise SuaveplanError(
             "SAND_WASM_INSTANTIATION_FAILED", "the module file could not be read", {"stage": "read"}
         ) from exc
-    module = load_module(wasm, cache_dir=cache_dir, limits=limits)
+    # Recorded before the load, so that a refused file is not read again either.
     with _lock:
         _digests[key] = hashlib.sha256(wasm).hexdigest()
-    return module
+    return load_module(wasm, cache_dir=cache_dir, limits=limits)
 
 
 def load_module(
@@ -284,9 +433,31 @@ def load_module(
 ) -> wasmtime.Module:
     """Compile (or fetch from cache) the module for these bytes, within `limits`."""
     digest = hashlib.sha256(wasm).hexdigest()
-    cached = _cached(digest, limits)
-    if cached is not None:
-        return cached
+    while True:
+        cached = _lookup(digest, limits)
+        if cached is not None:
+            return cached
+        with _lock:
+            flight = _flights.get(digest)
+            if flight is None:
+                if _answered(digest, limits):
+                    continue  # cached since the lookup: read it
+                flight = _flights[digest] = _Flight()
+                break
+            flight.joined += 1
+        flight.done.wait()
+    try:
+        return _load_new(wasm, digest, cache_dir, limits)
+    finally:
+        with _lock:
+            del _flights[digest]
+        flight.done.set()
+
+
+def _load_new(
+    wasm: bytes, digest: str, cache_dir: Path | None, limits: CompileLimits
+) -> wasmtime.Module:
+    """`load_module` of bytes no cache answers for `limits`; caches the answer."""
     eng = engine()
     # Validate what the guest sent before anything else reads it: wasmtime's validator is
     # linear and off the GIL; the bounds walk below may then trust the structure; and the
@@ -295,29 +466,42 @@ def load_module(
     try:
         wasmtime.Module.validate(eng, wasm)
     except wasmtime.WasmtimeError as exc:
-        raise translate(exc, during="instantiate") from exc
+        error = translate(exc, during="instantiate")
+        raise _refuse(digest, error, exc, limits, _DependsOn.NOTHING) from exc
     # Before the Python walks below, before the disk cache and before compiling.
-    shape = check_compile_bounds(wasm, limits)
+    try:
+        shape = check_compile_bounds(wasm, limits)
+    except SuaveplanError as error:
+        _refuse(digest, error, None, limits, _DependsOn.BOUNDS)
+        raise
     starts = declares_start(wasm)
     outcome = instrument(wasm)
     source = wasm
     if isinstance(outcome, Instrumented):
         source = outcome.wasm
     try:
-        module = _compile(eng, source, cache_dir, limits)
-    except wasmtime.WasmtimeError as exc:
-        if source is wasm:
-            raise translate(exc, during="instantiate") from exc
-        # wasmtime refused our rewrite of a valid module (a walker bug, never the guest's):
-        # run the original, judged by inference.
-        outcome = NotInstrumented(reason=Skip.REJECTED, detail="the rewritten module")
         try:
-            module = _compile(eng, wasm, cache_dir, limits)
-        except wasmtime.WasmtimeError as again:  # pragma: no cover — it validated above
-            raise translate(again, during="instantiate") from again
+            module = _compile(eng, source, cache_dir, limits)
+        except wasmtime.WasmtimeError as exc:
+            if source is wasm:
+                raise translate(exc, during="instantiate") from exc
+            # wasmtime refused our rewrite of a valid module (a walker bug, never the
+            # guest's): run the original, judged by inference.
+            outcome = NotInstrumented(reason=Skip.REJECTED, detail="the rewritten module")
+            try:
+                module = _compile(eng, wasm, cache_dir, limits)
+            except wasmtime.WasmtimeError as again:  # pragma: no cover — it validated above
+                raise translate(again, during="instantiate") from again
+    except SuaveplanError as error:
+        if error.details.get("reason") == "compile-failed":
+            # wasmtime's own answer, under these memory and CPU limits (an mmap refused
+            # under RLIMIT_AS is one too): the same limits get the same answer.
+            _refuse(digest, error, error.__cause__, limits, _DependsOn.RESOURCES, shape=shape)
+        raise
     with _lock:
         module = _modules.setdefault(digest, module)
         _shapes[digest] = shape
+        _refusals.pop(digest, None)
         _grow.setdefault(module, outcome)
         _starts.setdefault(module, starts)
         return module
@@ -343,25 +527,29 @@ def _compile(
             return wasmtime.Module.deserialize(eng, artefact.read_bytes())
         except (wasmtime.WasmtimeError, OSError):
             pass
-    reply = compile_server().compile(
-        source, memory_bytes=limits.memory_bytes, cpu_seconds=limits.cpu_seconds
-    )
-    if isinstance(reply, Refused):
-        refusal = wasmtime.WasmtimeError(reply.message)  # wasmtime's own reason, relayed
-        if not reply.valid:
-            raise refusal
-        raise translate(refusal, during="compile") from refusal
-    # SECURITY: the same trust as the disk cache above, for the same reason: these bytes are
-    # the host's own compile of `source`. They come from the compile child — the host's own
-    # interpreter running our code, which built its engine from `engine_config()` and said
-    # so before its first compile — over a socketpair no other process holds, tagged with the
-    # sha256 of `source`; the child only moves where the compiler runs. (A compiler bug a
-    # module could exploit would control these bytes as surely as an in-process compile's.)
-    try:
-        module = wasmtime.Module.deserialize(eng, reply.artefact)
-    except wasmtime.WasmtimeError as exc:
-        compile_server().close()
-        raise translate(exc, during="deserialize") from exc
+    # The child stays ours until its artefact has loaded: one that sent a bad one is stopped
+    # before it serves anyone else, and no other load's compile is disturbed.
+    with compile_server().reserve() as child:
+        reply = child.compile(
+            source, memory_bytes=limits.memory_bytes, cpu_seconds=limits.cpu_seconds
+        )
+        if isinstance(reply, Refused):
+            refusal = wasmtime.WasmtimeError(reply.message)  # wasmtime's own reason, relayed
+            if not reply.valid:
+                raise refusal
+            raise translate(refusal, during="compile") from refusal
+        # SECURITY: the same trust as the disk cache above, for the same reason: these bytes
+        # are the host's own compile of `source`. They come from a compile child — the
+        # host's own interpreter running our code, which built its engine from
+        # `engine_config()` and said so before its first compile — over a socketpair no other
+        # process holds, tagged with the sha256 of `source`; the child only moves where the
+        # compiler runs. (A compiler bug a module could exploit would control these bytes as
+        # surely as an in-process compile's.)
+        try:
+            module = wasmtime.Module.deserialize(eng, reply.artefact)
+        except wasmtime.WasmtimeError as exc:
+            child.close()
+            raise translate(exc, during="deserialize") from exc
     with _lock:
         _State.compiles += 1
     if artefact is not None:

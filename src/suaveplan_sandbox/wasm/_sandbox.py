@@ -33,7 +33,8 @@ store, instance and sockets, and closes the preopen descriptors by dropping the 
 
 A module's start function is guest code like any export: it runs on the guest thread under
 the call's budgets (create awaits it there; a run arms its budgets before instantiating), so
-it can neither hold the event loop nor outlive wallClockMs. A new module is read and
+it can neither hold the event loop nor outlive wallClockMs, and its trap is a trap
+(`SAND_WASM_TRAP`, `details.stage="start"`), not a failure to instantiate. A new module is read and
 compiled off the loop too (`max_module_bytes` bounds the file, `compile_limits` the compile,
 which runs in the compile child). `run` keeps at most
 `max_output_bytes` of stdout and of stderr (`_output`), and the WASI calls that could hold
@@ -838,9 +839,13 @@ class WasmSandbox:
             # Only BUDGET_EXCEEDED leaves a host import (wallClockMs while it waited).
             raise self._import_failure(exc) from None
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
-            raise self._guest_failure(
-                exc, store, {}, None, 0, watch=watch, during="instantiate"
-            ) from exc
+            # A trap with wasm frames is the start function's: guest code ran and trapped,
+            # a trap like a call's (`SAND_WASM_TRAP`, `details.stage="start"`). One without
+            # (a data or element segment out of bounds) or any other error: the module did
+            # not instantiate, before any guest code ran.
+            ran = isinstance(exc, wasmtime.Trap) and bool(exc.frames)
+            during = "start" if ran else "instantiate"
+            raise self._guest_failure(exc, store, {}, None, 0, watch=watch, during=during) from exc
         finally:
             _current.sb = previous
         return store, instance, watch, guard
