@@ -93,15 +93,23 @@ UNSUPPORTED_WASI: Final = frozenset({"wasi_unstable", "wasi_snapshot_preview0", 
 _SETTINGS_TAG: Final = SETTINGS_TAG
 _ARTEFACT_SUFFIX: Final = f".wasmtime-{_metadata.version('wasmtime')}-{_SETTINGS_TAG}.cwasm"
 
+# How many compiled modules `_modules` keeps, and file identities `_digests`: a long-lived
+# host loading one module after another (every upload a new version) must not grow without
+# bound. The least recently used goes first; a module dropped here is compiled again (or
+# read from `cache_dir`) on its next load, and a sandbox running it holds its own reference.
+MAX_MODULES: Final = 128
+MAX_FILE_DIGESTS: Final = 4096
+
 _lock = threading.Lock()
-_modules: dict[str, wasmtime.Module] = {}
-# sha256 of a module's bytes -> its `CompileShape`, kept beside `_modules` so a cache hit is
-# judged by the asking host's bounds without the bytes.
+# sha256 of a module's bytes -> the compiled module. LRU, at most `MAX_MODULES`.
+_modules: OrderedDict[str, wasmtime.Module] = OrderedDict()
+# sha256 of a module's bytes -> its `CompileShape`, kept beside `_modules` (and dropped with
+# it) so a cache hit is judged by the asking host's bounds without the bytes.
 _shapes: dict[str, CompileShape] = {}
 # File identity -> sha256 of the bytes last read from it, so a create of an unchanged file
 # skips reading and hashing it. ctime changes on every write (and cannot be set back by the
-# writer), so a rewritten file never matches its old identity.
-_digests: dict[tuple[int, int, int, int, int], str] = {}
+# writer), so a rewritten file never matches its old identity. LRU, `MAX_FILE_DIGESTS`.
+_digests: OrderedDict[tuple[int, int, int, int, int], str] = OrderedDict()
 # Modules whose imports passed `check_imports` -> whether they import WASI preview 1.
 _checked: weakref.WeakKeyDictionary[wasmtime.Module, bool] = weakref.WeakKeyDictionary()
 # Compiled module -> how its memory.grow refusals are judged: `Instrumented` (exact; the
@@ -308,7 +316,9 @@ def _lookup(digest: str, limits: CompileLimits) -> wasmtime.Module | None:
     with _lock:
         module, shape = _modules.get(digest), _shapes.get(digest)
         refusal = None
-        if module is None or shape is None:
+        if module is not None and shape is not None:
+            _modules.move_to_end(digest)
+        else:
             module = None
             refusal = _refusals.get(digest)
             if refusal is not None:
@@ -425,6 +435,9 @@ def load_module_file(
     # Recorded before the load, so that a refused file is not read again either.
     with _lock:
         _digests[key] = hashlib.sha256(wasm).hexdigest()
+        _digests.move_to_end(key)
+        while len(_digests) > MAX_FILE_DIGESTS:
+            _digests.popitem(last=False)
     return load_module(wasm, cache_dir=cache_dir, limits=limits)
 
 
@@ -500,7 +513,11 @@ def _load_new(
         raise
     with _lock:
         module = _modules.setdefault(digest, module)
+        _modules.move_to_end(digest)
         _shapes[digest] = shape
+        while len(_modules) > MAX_MODULES:
+            dropped, _ = _modules.popitem(last=False)
+            _shapes.pop(dropped, None)
         _refusals.pop(digest, None)
         _grow.setdefault(module, outcome)
         _starts.setdefault(module, starts)
