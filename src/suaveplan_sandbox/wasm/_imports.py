@@ -6,12 +6,25 @@ adapter only on Allow) and answers with a WASI errno. No import raises into wasm
 Python exception in a host function would become a trap carrying host detail) except
 `BUDGET_EXCEEDED`, raised when the call's wallClockMs runs out while the import waits on an
 async adapter: it ends the guest, and `WasmSandbox` receives it as itself.
+
+What a guest hands the host is held to what a VM guest can send over its msgpack wire, so
+nothing downstream (the checker, adapters, the event bus, a VM subscriber's codec) meets a
+value only a WASM guest can make: text is strict UTF-8 (`INVAL` otherwise), and JSON is
+decoded by `_json` alone — strict JSON (no `NaN`/`Infinity`, no float that overflows), no
+lone UTF-16 surrogate from a `\\u` escape, integers within [-2**63, 2**64 - 1], nesting
+within the decoder's recursion bound; anything else is `INVAL` before the gateway is asked.
+What the host writes back is strict UTF-8 too: an adapter's answer that cannot be written
+so (a BLOB or a non-finite REAL in a row, a secret value with a lone surrogate) is `IO`, and
+nothing is written. Over-long input (`MAX_INPUT`) is `INVAL`; `FAULT` means only a
+pointer/length outside guest memory.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
+import re
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
@@ -37,10 +50,24 @@ MAX_PORT: Final = 65535
 # wallClockMs deadline (then the call ends with BUDGET_EXCEEDED wallClockMs).
 _SOCK_TIMEOUT_S: Final = 30.0
 _I32 = wasmtime.ValType.i32()
+# The integers a guest's JSON may hold: msgpack's, the VM wire's (int64 and uint64).
+MIN_JSON_INT: Final = -(2**63)
+MAX_JSON_INT: Final = 2**64 - 1
+# A `\u` escape of a UTF-16 surrogate: only where one appears can a lone one be decoded.
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
 class _Fault(Exception):
-    pass
+    """A pointer/length lies outside guest memory: `FAULT`."""
+
+
+class _Invalid(Exception):
+    """The guest's argument is malformed (not UTF-8, not strict JSON, a value outside the
+    wire's): `INVAL`."""
+
+
+class _Unwritable(Exception):
+    """The adapter's answer has a value the guest's JSON cannot carry: `IO`."""
 
 
 def _view(caller: wasmtime.Caller, sb: WasmSandbox) -> GuestMemory:
@@ -57,10 +84,13 @@ def _view(caller: wasmtime.Caller, sb: WasmSandbox) -> GuestMemory:
 
 
 def _read(m: GuestMemory, ptr: int, length: int) -> bytes:
-    if length > MAX_INPUT:
+    """Copy an input: `FAULT` outside guest memory, else `INVAL` over `MAX_INPUT` bytes."""
+    if not m.contains(ptr, length):
         raise _Fault
+    if length > MAX_INPUT:
+        raise _Invalid
     data = m.read(ptr, length)
-    if data is None:
+    if data is None:  # pragma: no cover — `contains` said it lies inside
         raise _Fault
     return data
 
@@ -69,7 +99,62 @@ def _text(m: GuestMemory, ptr: int, length: int) -> str:
     try:
         return _read(m, ptr, length).decode("utf-8")
     except UnicodeDecodeError:
-        raise _Fault from None
+        raise _Invalid from None
+
+
+def _json_int(text: str) -> int:
+    # At most 20 digits and a sign: never a long conversion, whatever the guest sent.
+    if len(text) > 21:
+        raise _Invalid
+    value = int(text)
+    if not MIN_JSON_INT <= value <= MAX_JSON_INT:
+        raise _Invalid
+    return value
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):  # `1e999`: not a number any peer can read back
+        raise _Invalid
+    return value
+
+
+def _json_constant(_name: str) -> object:
+    raise _Invalid  # NaN, Infinity, -Infinity: not JSON
+
+
+def _json(m: GuestMemory, ptr: int, length: int) -> object:
+    """The guest's JSON document at (ptr, length), held to the values the VM wire carries."""
+    text = _text(m, ptr, length)
+    try:
+        value = json.loads(
+            text,
+            parse_int=_json_int,
+            parse_float=_json_float,
+            parse_constant=_json_constant,
+        )
+        if _SURROGATE_ESCAPE.search(text) is not None:
+            # Escaped pairs were joined into one code point; a lone one fails to encode.
+            json.dumps(value, ensure_ascii=False, check_circular=False).encode("utf-8")
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeEncodeError included
+        raise _Invalid from None
+    return value
+
+
+def _dump(value: object) -> bytes:
+    """`value` as compact, strict UTF-8 JSON for the guest; `_Unwritable` if it is not JSON."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError):
+        raise _Unwritable from None
+
+
+def _utf8(value: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (an environment variable's, say)
+        raise _Unwritable from None
 
 
 def _out(m: GuestMemory, data: bytes, buf: int, cap: int, len_out: int) -> int:
@@ -92,6 +177,8 @@ def _errno(exc: SuaveplanError) -> int:
         return Errno.CANCELED
     if exc.code == "SAND_ADAPTER_MISSING":
         return Errno.NOSYS
+    if exc.code == "SAND_INVALID_ARGUMENT":  # the adapter refused the guest's argument
+        return Errno.INVAL
     return Errno.IO
 
 
@@ -101,6 +188,10 @@ def _guarded(fn: Callable[..., int]) -> Callable[..., int]:
             return int(fn(*args))
         except _Fault:
             return Errno.FAULT
+        except _Invalid:
+            return Errno.INVAL
+        except _Unwritable:
+            return Errno.IO
         except SuaveplanError as exc:
             if exc.code == "BUDGET_EXCEEDED":
                 raise  # wallClockMs ran out while the import waited: this ends the guest
@@ -193,13 +284,13 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         value = sb._dispatch("secrets", "get", {"name": name})
         if not isinstance(value, str):
             return Errno.IO
-        return _out(m, value.encode("utf-8"), buf, cap, len_out)
+        return _out(m, _utf8(value), buf, cap, len_out)
 
     def events_publish(c: wasmtime.Caller, t_ptr: int, t_len: int, p_ptr: int, p_len: int) -> int:
         sb = current()
         m = _view(c, sb)
         topic = _text(m, t_ptr, t_len)
-        payload = json.loads(_text(m, p_ptr, p_len)) if p_len else None
+        payload = _json(m, p_ptr, p_len) if p_len else None
         sb._dispatch("events", "publish", {"topic": topic, "payload": payload})
         return Errno.SUCCESS
 
@@ -216,18 +307,18 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         sb = current()
         m = _view(c, sb)
         sql = _text(m, sql_ptr, sql_len)
-        params = json.loads(_text(m, params_ptr, params_len)) if params_len else []
+        params = _json(m, params_ptr, params_len) if params_len else []
         if not isinstance(params, list):
             return Errno.INVAL
         result = sb._dispatch("db", "query", {"sql": sql, "params": params})
-        return _out(m, json.dumps(result, separators=(",", ":")).encode(), buf, cap, len_out)
+        return _out(m, _dump(result), buf, cap, len_out)
 
     def fetch(  # noqa: PLR0917 — the ABI is positional
         c: wasmtime.Caller, req_ptr: int, req_len: int, buf: int, cap: int, len_out: int
     ) -> int:
         sb = current()
         m = _view(c, sb)
-        req = json.loads(_text(m, req_ptr, req_len))
+        req = _json(m, req_ptr, req_len)
         if not isinstance(req, dict):
             return Errno.INVAL
         args: dict[str, object] = {
@@ -245,7 +336,7 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
             "headers": result.get("headers", []),
             "body_base64": base64.b64encode(body if isinstance(body, bytes) else b"").decode(),
         }
-        return _out(m, json.dumps(encoded, separators=(",", ":")).encode(), buf, cap, len_out)
+        return _out(m, _dump(encoded), buf, cap, len_out)
 
     table: dict[str, tuple[Callable[..., int], int]] = {
         "sock_connect": (sock_connect, 4),

@@ -14,13 +14,25 @@ shared linker shadows with Python (`define`):
   thread waits on the sandbox's wake event until the earliest due time, never past the
   call's wallClockMs deadline (then the import raises BUDGET_EXCEEDED wallClockMs, which
   ends the guest as for an async adapter) and no longer than until the sandbox is disposed
-  or ended (then it raises SAND_CANCELLED: the guest traps). Any other poll is wasmtime's.
+  or ended (then it raises SAND_CANCELLED: the guest traps). The wait is taken in slices
+  of at most `_WAIT_SLICE_S`: a due time 2**64 ns away is no number the platform's timed
+  wait takes (it raised OverflowError, which ended the guest at once). Any other poll is
+  wasmtime's.
 - `path_open`, `fd_close`, `fd_renumber`. Every file or directory a guest opens is a host
   descriptor and wasmtime sets no limit, so a guest with any fs grant could take every
   descriptor of the host process (EMFILE for the host's own sockets and files) for as long
   as its instance lives. The guard counts the descriptors `path_open` handed out in each
   store, forgets those `fd_close` / `fd_renumber` closed, and answers `MFILE` past
-  `MAX_OPEN_FILES` without opening anything.
+  `MAX_OPEN_FILES` without opening anything. wasmtime opens the file *before* it writes
+  the new descriptor's number to the guest's `fd_out`, and traps if it cannot: the file
+  then stays open in the store, uncounted (one more per call). So `fd_out` is checked
+  first — `INVAL` if misaligned, `FAULT` if outside guest memory, nothing opened — and the
+  write that follows a successful open cannot fail (the guest cannot run, so cannot change
+  its memory, while the host function runs).
+
+All four end a guest that is still running after `dispose()` or its end (`SAND_CANCELLED`,
+so it traps): nothing interrupts guest code without wallClockMs, and its store keeps the
+preopened directories, so a looping guest used to go on opening the host's files.
 
 wasmtime's own functions are reached through a helper instance in the guest's store, made
 at its first shadowed call: WASI host functions read and write the memory the *calling*
@@ -53,6 +65,8 @@ MAX_OPEN_FILES: Final = 64
 # The most subscriptions one `poll_oneoff` may name (wasmtime allows millions; reading them
 # here costs host memory and time per call). More is NOMEM, wasmtime's own refusal.
 MAX_POLL_SUBSCRIPTIONS: Final = 4096
+# The longest single timed wait a clock poll makes; it loops until the due time.
+_WAIT_SLICE_S: Final = 60.0
 _SHADOWED: Final = ("poll_oneoff", "path_open", "fd_close", "fd_renumber")
 _I32: Final = wasmtime.ValType.i32()
 _I64: Final = wasmtime.ValType.i64()
@@ -155,7 +169,7 @@ def _wait_for_clocks(sb: WasmSandbox, due_ns: int) -> None:
         now = time.monotonic_ns()
         if now >= due_ns:
             return
-        wait_s = (due_ns - now) / 1e9
+        wait_s = min((due_ns - now) / 1e9, _WAIT_SLICE_S)
         deadline = sb._call_deadline
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -207,6 +221,10 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
     wasi_linker, helper_module = _wasi_only(linker.engine)
 
     def running(sb: WasmSandbox) -> StoreGuard:
+        # A guest still running after dispose() or its end (no wallClockMs interrupts guest
+        # code) still has its store's preopens: its next shadowed call ends it instead.
+        if sb._disposed or sb._ended is not None:
+            raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed or ended")
         guard = sb._running_guard
         if guard is None:  # pragma: no cover — set whenever guest code of this sandbox runs
             raise SuaveplanError("SAND_CANCELLED", "no guest of this sandbox is running")
@@ -247,13 +265,20 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
         fdflags: int,
         fd_out: int,
     ) -> int:
-        guard = running(current())
+        sb = current()
+        guard = running(sb)
         if len(guard.opened) >= MAX_OPEN_FILES:
             return Errno.MFILE
+        # Where the new descriptor's number goes, checked before anything is opened (see the
+        # module docstring): a u32, so aligned to 4, wholly inside guest memory.
+        if fd_out % 4:
+            return Errno.INVAL
+        if not _guest_memory(sb, c).contains(fd_out, 4):
+            return Errno.FAULT
         args = (fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, fd_out)
         result = int(original(c, guard, "path_open")(c, *args))
         if result == Errno.SUCCESS:  # wasmtime wrote the new descriptor at fd_out
-            opened = _guest_memory(current(), c).read(fd_out, 4)
+            opened = _guest_memory(sb, c).read(fd_out, 4)
             if opened is not None:
                 guard.opened.add(int.from_bytes(opened, "little"))
         return result
