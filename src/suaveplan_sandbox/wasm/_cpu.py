@@ -1,4 +1,5 @@
-"""`cpuPercent` for WASM guests: thread CPU time sampled on every epoch tick.
+"""`cpuPercent` for WASM guests: thread CPU time sampled on every epoch tick; and the same
+tick ending a guest without budgets once its sandbox is disposed (`DisposeWatcher`).
 
 Theory of operation. When a policy sets `cpuPercent`, each store gets a wasmtime epoch
 deadline callback and a deadline of one tick. wasmtime runs the callback on the guest's own
@@ -27,6 +28,7 @@ import ctypes
 import functools
 import importlib
 import importlib.metadata as _metadata
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final, final
@@ -115,6 +117,34 @@ class _EpochHook:
             return 0
 
 
+def epoch_hook_available() -> bool:
+    """Whether the installed wasmtime can run `_EpochHook`s (see `epoch_hook_problem`)."""
+    return _installed_hook_problem() is None
+
+
+@final
+class DisposeWatcher:
+    """The epoch callback of a sandbox with neither `cpuPercent` nor `wallClockMs`: the guest
+    goes on, one tick at a time, until `disposed` is set, then traps at the next tick.
+
+    Without it nothing ends guest code that never returns: a store's plain deadline can only
+    trap, and with no budget it is set past any run, while `dispose()` cannot touch a store
+    whose guest runs on another thread. So a disposed sandbox's guest kept its thread, a
+    core and its store's preopened directories for the life of the process. A tick costs one
+    Python call on the guest thread (`TICK_S` apart), a share of a guest's time too small to
+    measure. It holds only the event, never the sandbox."""
+
+    def __init__(self, disposed: threading.Event) -> None:
+        self._disposed = disposed
+        self._hook = _EpochHook(self._on_tick)
+
+    def install(self, store: wasmtime.Store) -> None:
+        self._hook.install(store)
+
+    def _on_tick(self) -> bool:
+        return not self._disposed.is_set()
+
+
 @final
 class CallWatch:
     """One guest call's CPU tracker and wall-clock deadline; read after the call fails."""
@@ -150,7 +180,7 @@ class CpuWatcher:
     wasmtime cannot run the callback: the budget is never silently dropped.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, disposed: threading.Event) -> None:
         if _installed_hook_problem() is not None:
             raise SuaveplanError(
                 "SAND_WASM_INSTANTIATION_FAILED",
@@ -158,11 +188,14 @@ class CpuWatcher:
                 {"stage": "cpu-budget", "wasmtime": _metadata.version("wasmtime")},
             )
         self.watch: CallWatch | None = None
+        self._disposed = disposed  # set: the guest ends at the next tick, as `DisposeWatcher`
         self._hook = _EpochHook(self._on_tick)
 
     def install(self, store: wasmtime.Store) -> None:
         self._hook.install(store)
 
     def _on_tick(self) -> bool:
+        if self._disposed.is_set():
+            return False
         watch = self.watch
         return watch is None or watch.tick()

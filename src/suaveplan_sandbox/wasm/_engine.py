@@ -37,10 +37,10 @@ reports some failures for want of memory (an mmap refused under RLIMIT_AS) as an
 abort: more memory might compile it. Not cached: a compile child that died or timed out (out
 of memory or CPU, killed, starved — the machine's state as much as the module's), and
 anything the host did wrong. A cached
-refusal raises a fresh error each time, with wasmtime's reason chained as a fresh
-`WasmtimeError`.
+refusal raises a fresh error each time, with wasmtime's reason chained again.
 `translate(exc)` is the only place wasmtime exceptions become coded errors; a trap names its
-kind (`details.trap`, the `TrapCode`, never the guest's text).
+kind (`details.trap`, the `TrapCode`, never the guest's text). A coded error is chained to
+`guest_cause(exc)`, never to wasmtime's own error: its message quotes names the guest chose.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from typing import Final, final
 
 import wasmtime
 
+from suaveplan_sandbox._printable import printable
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.wasm._compile_bounds import (
     DEFAULT_COMPILE_LIMITS,
@@ -120,10 +121,9 @@ _grow: weakref.WeakKeyDictionary[wasmtime.Module, Instrumented | NotInstrumented
 # Compiled module -> whether it has a start function (guest code that runs while it is
 # instantiated; `has_start`).
 _starts: weakref.WeakKeyDictionary[wasmtime.Module, bool] = weakref.WeakKeyDictionary()
-# How many refusals `_refusals` keeps (each a few hundred bytes: a code, details, wasmtime's
-# reason cut to `_MAX_REASON` characters, and a shape).
+# How many refusals `_refusals` keeps (each a few KB at most: a code, details, wasmtime's
+# reason as `guest_cause` cuts it, and a shape).
 MAX_REFUSALS: Final = 1024
-_MAX_REASON: Final = 4096
 
 
 class _DependsOn(enum.Enum):
@@ -149,7 +149,7 @@ class _Refusal:
     code: str
     message: str
     details: tuple[tuple[str, WireValue], ...]
-    reason: str | None  # wasmtime's, chained again on every answer
+    reason: str | None  # wasmtime's, as `guest_cause` shows it; chained on every answer
     depends: _DependsOn
     under: tuple[int, ...]
     shape: CompileShape | None  # within the bounds it was refused under; None: not walked
@@ -220,6 +220,29 @@ def _tick(eng: wasmtime.Engine) -> None:
     while True:
         time.sleep(TICK_S)
         eng.increment_epoch()
+
+
+# How much of wasmtime's message a coded error's cause keeps (`guest_cause`).
+MAX_CAUSE_CHARS: Final = 2048
+
+
+def guest_cause(exc: BaseException) -> wasmtime.WasmtimeError | wasmtime.Trap:
+    """What a coded error from wasmtime's `exc` is chained to: an error of its kind
+    (`wasmtime.Trap` for a trap, else `wasmtime.WasmtimeError`) carrying its message cut to
+    `MAX_CAUSE_CHARS` and made printable on one line.
+
+    wasmtime's own error is never chained: its message quotes the module's backtrace with
+    the names in its name section, text the guest chose, of any length, with terminal escape
+    sequences and newlines that would forge lines in a host log that prints the cause chain
+    (`logger.exception`, a formatted traceback)."""
+    text = str(exc)
+    cut = len(text) - MAX_CAUSE_CHARS
+    shown = printable(text[:MAX_CAUSE_CHARS])[:MAX_CAUSE_CHARS]
+    if cut > 0:
+        shown += f" ... ({cut} more characters)"
+    if isinstance(exc, wasmtime.Trap):
+        return wasmtime.Trap(shown)
+    return wasmtime.WasmtimeError(shown)
 
 
 def translate(exc: BaseException, *, during: str) -> SuaveplanError:
@@ -363,7 +386,7 @@ def _refuse(
         code=error.code,
         message=error.message,
         details=tuple(error.details.items()),
-        reason=None if reason is None else str(reason)[:_MAX_REASON],
+        reason=None if reason is None else str(guest_cause(reason)),
         depends=depends,
         under=depends.key(limits),
         shape=shape,
@@ -480,7 +503,7 @@ def _load_new(
         wasmtime.Module.validate(eng, wasm)
     except wasmtime.WasmtimeError as exc:
         error = translate(exc, during="instantiate")
-        raise _refuse(digest, error, exc, limits, _DependsOn.NOTHING) from exc
+        raise _refuse(digest, error, exc, limits, _DependsOn.NOTHING) from guest_cause(exc)
     # Before the Python walks below, before the disk cache and before compiling.
     try:
         shape = check_compile_bounds(wasm, limits)
@@ -497,14 +520,14 @@ def _load_new(
             module = _compile(eng, source, cache_dir, limits)
         except wasmtime.WasmtimeError as exc:
             if source is wasm:
-                raise translate(exc, during="instantiate") from exc
+                raise translate(exc, during="instantiate") from guest_cause(exc)
             # wasmtime refused our rewrite of a valid module (a walker bug, never the
             # guest's): run the original, judged by inference.
             outcome = NotInstrumented(reason=Skip.REJECTED, detail="the rewritten module")
             try:
                 module = _compile(eng, wasm, cache_dir, limits)
             except wasmtime.WasmtimeError as again:  # pragma: no cover — it validated above
-                raise translate(again, during="instantiate") from again
+                raise translate(again, during="instantiate") from guest_cause(again)
     except SuaveplanError as error:
         if error.details.get("reason") == "compile-failed":
             # wasmtime's own answer, under these memory and CPU limits (an mmap refused
@@ -554,7 +577,7 @@ def _compile(
             refusal = wasmtime.WasmtimeError(reply.message)  # wasmtime's own reason, relayed
             if not reply.valid:
                 raise refusal
-            raise translate(refusal, during="compile") from refusal
+            raise translate(refusal, during="compile") from guest_cause(refusal)
         # SECURITY: the same trust as the disk cache above, for the same reason: these bytes
         # are the host's own compile of `source`. They come from a compile child — the
         # host's own interpreter running our code, which built its engine from
@@ -566,7 +589,7 @@ def _compile(
             module = wasmtime.Module.deserialize(eng, reply.artefact)
         except wasmtime.WasmtimeError as exc:
             child.close()
-            raise translate(exc, during="deserialize") from exc
+            raise translate(exc, during="deserialize") from guest_cause(exc)
     with _lock:
         _State.compiles += 1
     if artefact is not None:

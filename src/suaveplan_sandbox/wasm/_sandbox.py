@@ -82,7 +82,12 @@ from suaveplan_sandbox.permissions import (
 from suaveplan_sandbox.permissions._clock import Clock
 from suaveplan_sandbox.wasm import _engine
 from suaveplan_sandbox.wasm._compile_bounds import DEFAULT_COMPILE_LIMITS, CompileLimits
-from suaveplan_sandbox.wasm._cpu import CallWatch, CpuWatcher
+from suaveplan_sandbox.wasm._cpu import (
+    CallWatch,
+    CpuWatcher,
+    DisposeWatcher,
+    epoch_hook_available,
+)
 from suaveplan_sandbox.wasm._errno import Errno
 from suaveplan_sandbox.wasm._instrument import REFUSALS_EXPORT, REFUSED_PAGES_EXPORT, Instrumented
 from suaveplan_sandbox.wasm._output import DEFAULT_MAX_OUTPUT_BYTES, OutputCapture
@@ -519,7 +524,7 @@ def _instance_pre(module: wasmtime.Module) -> wasmtime.InstancePre:
     try:
         pre = _shared_linker(_engine.engine()).instantiate_pre(module)
     except wasmtime.WasmtimeError as exc:
-        raise _engine.translate(exc, during="instantiate") from exc
+        raise _engine.translate(exc, during="instantiate") from _engine.guest_cause(exc)
     with _linker_lock:
         return _pres.setdefault(module, pre)
 
@@ -587,10 +592,19 @@ class WasmSandbox:
         # The running guest's exported `memory`, for host imports (saves a lookup per import).
         # Only set while a guest of this store runs: it must never meet another store.
         self._guest_memory: wasmtime.Memory | None = None
-        # cpuPercent: thread CPU time sampled by an epoch callback on the guest thread.
-        self._cpu = CpuWatcher() if policy.budgets.cpu_percent is not None else None
-        # Set once the guest is ended or disposed: wakes a guest sleeping in `poll_oneoff`.
+        # Set once the sandbox is disposed: wakes a guest sleeping in `poll_oneoff`, and
+        # ends one running under `cpuPercent` or no budget at the next epoch tick.
         self._wake = threading.Event()
+        # cpuPercent: thread CPU time sampled by an epoch callback on the guest thread.
+        self._cpu = CpuWatcher(self._wake) if policy.budgets.cpu_percent is not None else None
+        # Neither cpuPercent nor wallClockMs: the epoch tick that ends the guest once the
+        # sandbox is disposed (`DisposeWatcher`). None where wasmtime cannot run it: such a
+        # guest then runs until it returns (docs/security.md, Known gaps).
+        self._ends_on_dispose = (
+            DisposeWatcher(self._wake)
+            if self._cpu is None and policy.budgets.wall_clock_ms is None and epoch_hook_available()
+            else None
+        )
         # The WASI bookkeeping of the long-lived store, and of the store whose guest code
         # runs now (`_wasi_guard`; set while it runs).
         self._guard: StoreGuard | None = None
@@ -657,8 +671,6 @@ class WasmSandbox:
         """Run the module's `_start` with `argv` (a sequence of `str`) and `stdin` (`bytes`,
         `bytearray` or `memoryview`); any other argument is `SAND_INVALID_ARGUMENT` naming
         it, refused before the guest runs."""
-        # Imported here: this change touches only `run` (hoist with the module's imports).
-
         start = _CallStart()
         try:  # see `call`
             # A str is a sequence of strs (each letter an argument); C stops an argument at
@@ -816,7 +828,7 @@ class WasmSandbox:
                     for p, fd in zip(self._preopens, fds, strict=True):
                         wasi.preopen_dir(preopen_path(fd, p), p.guest, p.writable)
                 except wasmtime.WasmtimeError as exc:
-                    raise _engine.translate(exc, during="preopen") from exc
+                    raise _engine.translate(exc, during="preopen") from _engine.guest_cause(exc)
             store.set_wasi(wasi)
         # Just after the WASI context (and its monotonic clock) was made: see StoreGuard.
         guard = StoreGuard(time.monotonic_ns())
@@ -826,6 +838,9 @@ class WasmSandbox:
         store.set_epoch_deadline(_NO_DEADLINE)
         if self._cpu is not None:
             self._cpu.install(store)
+        elif self._ends_on_dispose is not None:
+            self._ends_on_dispose.install(store)
+            store.set_epoch_deadline(1)
         watch = None
         if began is not None:
             watch = self._arm_deadline(store)
@@ -845,7 +860,9 @@ class WasmSandbox:
             # not instantiate, before any guest code ran.
             ran = isinstance(exc, wasmtime.Trap) and bool(exc.frames)
             during = "start" if ran else "instantiate"
-            raise self._guest_failure(exc, store, {}, None, 0, watch=watch, during=during) from exc
+            raise self._guest_failure(
+                exc, store, {}, None, 0, watch=watch, during=during
+            ) from _engine.guest_cause(exc)
         finally:
             _current.sb = previous
         return store, instance, watch, guard
@@ -896,7 +913,7 @@ class WasmSandbox:
             return watch
         self._call_deadline = None if wall is None else time.monotonic() + wall / 1000.0
         if wall is None:
-            store.set_epoch_deadline(_NO_DEADLINE)
+            store.set_epoch_deadline(1 if self._ends_on_dispose is not None else _NO_DEADLINE)
         else:
             # The ticker's phase is arbitrary: the first tick after arming may come at once, so
             # n ticks can be as little as (n - 1) ticks of time. One tick more makes the trap
@@ -929,7 +946,7 @@ class WasmSandbox:
                 try:
                     params = self._params[export] = param_kinds(func.type(store).params)
                 except wasmtime.WasmtimeError as exc:
-                    raise _engine.translate(exc, during="call") from exc
+                    raise _engine.translate(exc, during="call") from _engine.guest_cause(exc)
             values = coerce_arguments(export, params, args)
             memory = exports.get("memory")
             mem = memory if isinstance(memory, wasmtime.Memory) else None
@@ -955,8 +972,8 @@ class WasmSandbox:
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
                 error = self._guest_failure(exc, store, exports, mem, mark, watch=watch)
                 if error.code == "BUDGET_EXCEEDED":
-                    raise self._end(error) from exc
-                raise error from exc
+                    raise self._end(error) from _engine.guest_cause(exc)
+                raise error from _engine.guest_cause(exc)
             except Exception as exc:  # upstream surprise: translated, and terminal
                 raise self._end(_engine.translate(exc, during="call")) from exc
             finally:
@@ -1004,14 +1021,14 @@ class WasmSandbox:
                 code = exc.code
                 if code != 0 and self._refused_by_memory_mb(store, exports, mem, mark):
                     error = self._budget("memoryMb", self._policy.budgets.memory_mb)
-                    raise self._end(error) from exc
+                    raise self._end(error) from _engine.guest_cause(exc)
             except SuaveplanError as exc:
                 raise self._end(self._import_failure(exc)) from None
             except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
                 error = self._guest_failure(exc, store, exports, mem, mark, watch=watch)
                 if error.code == "BUDGET_EXCEEDED":
-                    raise self._end(error) from exc
-                raise error from exc
+                    raise self._end(error) from _engine.guest_cause(exc)
+                raise error from _engine.guest_cause(exc)
             except Exception as exc:
                 raise self._end(_engine.translate(exc, during="run")) from exc
             finally:
@@ -1049,6 +1066,8 @@ class WasmSandbox:
     ) -> SuaveplanError:
         if self._import_breach is not None:
             return self._import_breach  # counted when it was raised
+        if self._wake.is_set():  # ended at a tick after dispose (`_ends_on_dispose`)
+            return SuaveplanError("SAND_WASM_DISPOSED", "the sandbox was disposed")
         if watch is not None:
             if watch.error is not None:
                 return watch.error  # BudgetTracker already counted it
