@@ -39,6 +39,7 @@ import functools
 import keyword
 import sys
 import types
+import typing
 import weakref
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple, NoReturn
@@ -617,15 +618,40 @@ def guarded_replace_method(self: Any, /, **changes: Any) -> object:
     return _replace_checked(self, changes)
 
 
+def _own_function(value: object) -> bool:
+    """A function of the plugin's own code (its globals are one of the plugin's modules)."""
+    if type(value) is not types.FunctionType:
+        return False
+    glb = value.__globals__
+    name = glb.get("__name__")
+    mod = PLUGIN_MODULES.get(name) if type(name) is str else None
+    return mod is not None and mod.__dict__ is glb
+
+
+# What `typing.overload` returns for every overload stub (3.11-3.13): a function that raises.
+_OVERLOAD_STUB: Final = getattr(typing, "_overload_dummy", None)
+
+
 def g_dunder_def(value: object) -> object:
-    """`__sp_dunder_def__`: a decorated dunder method must still be a method."""
-    if type(value) is types.FunctionType or type(value) is property:
-        return value
-    if type(value) in (classmethod, staticmethod) and (
-        type(value.__func__) is types.FunctionType  # type: ignore[attr-defined]
+    """`__sp_dunder_def__`: a decorated dunder method must still be a method, and the
+    plugin's own: trusted code calls these hooks with what it holds (`__exit__` gets a
+    traceback, `__eq__` whatever trusted code compares), so a decorator returning someone
+    else's function (`staticmethod(collections.UserList.append)`) put code the plugin did not
+    write, which might treat those arguments differently from a plugin function, in the
+    hook's place."""
+    if type(value) is types.FunctionType:
+        if _own_function(value) or value is _OVERLOAD_STUB:
+            return value
+    elif type(value) is property:
+        if all(f is None or _own_function(f) for f in (value.fget, value.fset, value.fdel)):
+            return value
+    elif type(value) in (classmethod, staticmethod) and _own_function(
+        value.__func__  # type: ignore[attr-defined]
     ):
         return value
-    raise forbidden("a dunder method must stay a function (or a class/static method, property)")
+    raise forbidden(
+        "a dunder method must stay the plugin's own function (or its class/static method, property)"
+    )
 
 
 # -- stdlib guards (fork server, before sealing) ---------------------------------------------
@@ -668,6 +694,25 @@ def _setstate_state(y: object, state: object) -> object:
     if issubclass(type(state), tuple):
         return tuple(fix(item) for item in state)  # type: ignore[attr-defined]
     return fix(state)
+
+
+_PARTIAL_SETSTATE: Final = vars(functools.partial)["__setstate__"]
+
+
+def _refuse_partial_namespace(y: object, state: object) -> None:
+    """`functools.partial.__setstate__((func, args, keywords, namespace))` makes `namespace`
+    the instance `__dict__` without checking that it is a dict: copy handed a partial the
+    list (or plugin object) a plugin's `__reduce__` chose, and attribute access then read it
+    as a dict (a `SystemError` on 3.11-3.12; on 3.13 a store took a bytearray's bytes for the
+    dict's keys pointer: memory corruption). Only a dict (or None) reaches a partial; copy's
+    check of a plugin object's state has already made a `dict` subclass a plain dict."""
+    if getattr(type(y), "__setstate__", None) is not _PARTIAL_SETSTATE:
+        return
+    # An exact tuple: C reads a subclass's items past its own `__getitem__`.
+    if type(state) is not tuple or (
+        len(state) == 4 and state[3] is not None and type(state[3]) is not dict
+    ):
+        raise forbidden("a copied functools.partial's namespace must be a dict")
 
 
 def _trusted_deepcopy_hook(cls: type) -> bool:
@@ -757,6 +802,7 @@ def guarded_reconstruct(  # noqa: PLR0917 - copy._reconstruct's own signature
         if hasattr(y, "__setstate__"):
             if strict:
                 state = _setstate_state(y, state)
+            _refuse_partial_namespace(y, state)
             y.__setstate__(state)
         else:
             if isinstance(state, tuple) and len(state) == 2:

@@ -667,6 +667,34 @@ def install_typing_type_guard() -> None:
         clear()
 
 
+def install_statistics_guard() -> None:
+    """Worker-only, before any plugin runs: statistics coerces only to classes `type()`
+    hands out.
+
+    statistics groups its data by the real `type`, coerces the classes it found to one
+    (`_coerce`, once per class: `reduce(_coerce, types, int)`) and converts its exact total
+    with that class (`_convert`: `T(value)`). A class in the data made the real `type` the
+    target (a class whose static `as_integer_ratio`/`is_finite` call it "not finite" gets
+    past the number checks), a plugin `int` subclass's arithmetic chose the total, and
+    `mean()` returned the unguarded `type()` of any object: `types.FunctionType`, or
+    `abc.ABCMeta`, which builds a class from any namespace. Any other class the guarded
+    `type()` refuses would be called the same way. Such data is statistics' own error (a
+    `TypeError`, as for any two classes it cannot coerce). Irreversible and process-wide."""
+    statistics: Any = importlib.import_module("statistics")
+    coerce = statistics._coerce
+    if getattr(coerce, "_sp_guarded", False):
+        return
+
+    def _coerce(first: object, second: object) -> object:
+        for cls in (first, second):
+            if not _type_handed_out(cls):
+                raise TypeError("statistics cannot convert to that type")
+        return coerce(first, second)
+
+    _coerce._sp_guarded = True  # type: ignore[attr-defined]
+    statistics._coerce = _coerce
+
+
 def _direct_eval(*args: object, **kwargs: object) -> NoReturn:
     raise SuaveplanError("SAND_VM_EVAL_REJECTED", "eval/exec/compile are not available")
 
@@ -761,6 +789,7 @@ def prepare_worker_interpreter() -> None:
     install_protocol_guard()
     install_stdlib_guards()
     install_typing_type_guard()
+    install_statistics_guard()
     seal_shared_classes()
     _PREBUILT_BUILTINS[:] = [_shared_builtins()]
 
