@@ -6,10 +6,14 @@ CPython's parser costs far more memory than the source's size (`ast.parse` of a 
 the host nor in the fork server itself, whose peak every worker would inherit. For a bundle
 it has not compiled yet the fork server forks this child, which caps its address space at
 `memory_bytes` above the fork server's own and its CPU time at `cpu_seconds`, hardens itself
-like a worker (no fds but its reply pipe, no files, the seccomp allow list), re-checks and
-compiles every module (`compile_bundle`) and writes one msgpack frame to its pipe: the coded
-refusal as plain data, or each module's code object serialized with `marshal`. The fork
-server bounds the frame (`MAX_REPLY_BYTES`), validates its shape and caches what it loads.
+like a worker (no fds but its reply pipe and its lifeline, no files, the seccomp allow list),
+re-checks and compiles every module (`compile_bundle`) and writes one msgpack frame to its
+pipe: the coded refusal as plain data, or each module's code object serialized with
+`marshal`. The fork server bounds the frame (`MAX_REPLY_BYTES`), validates its shape and
+caches what it loads. It does not wait for the child: `start_compile` returns a
+`CompileChild` that the fork server's loop reads, times and reaps alongside its other work
+(`compile_in_child` is the same, waited for). The child arms a lifeline pipe whose only
+write end the fork server holds, so it dies with the fork server, and so with the host.
 
 A child stopped by a limit, or one that dies or answers out of shape, is a coded refusal:
 `SAND_VM_SYNTAX_FORBIDDEN` with `reason` `too-complex-to-compile` and `resource` one of
@@ -35,7 +39,7 @@ import time
 import types
 import unicodedata  # noqa: F401
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, NoReturn
 
@@ -44,7 +48,12 @@ import msgpack
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.vm._guest import CompiledBundle, PluginBundle, compile_bundle
 from suaveplan_sandbox.vm._guest._runtime import CompiledModule
-from suaveplan_sandbox.vm._hardening import HardeningPlan, RlimitSettings, apply_hardening
+from suaveplan_sandbox.vm._hardening import (
+    HardeningPlan,
+    RlimitSettings,
+    apply_hardening,
+    arm_lifeline,
+)
 
 # Address space the child may map beyond the fork server's own, unless the load request
 # names another (`ForkServer.load(compile_memory_mb=...)`). 4 MiB of ordinary code needs
@@ -106,44 +115,182 @@ def compile_in_child(
     plan: HardeningPlan | None,
     close_in_child: tuple[int, ...] = (),
 ) -> CompiledBundle:
-    """Check and compile `bundle` in a limited child (see the module docstring); the plugin's
-    coded refusal is raised. `close_in_child`: fds of the fork server the child must not
-    keep (its control socket above all). An OSError is a fork or pipe failure."""
+    """Check and compile `bundle` in a limited child and wait for it (see the module
+    docstring); the plugin's coded refusal is raised. The fork server does not wait: it
+    drives `start_compile`'s child from its own loop. An OSError is a fork or pipe failure."""
+    child = start_compile(bundle, limits, plan=plan, close_in_child=close_in_child)
+    try:
+        poller = select.poll()
+        poller.register(child.reply_fd, select.POLLIN)
+        while child.reading:
+            poller.poll(max(0.0, child.deadline - time.monotonic()) * 1000)
+            child.read()
+            child.expire(time.monotonic())
+        _, status, usage = os.wait4(child.pid, 0)
+        child.reaped(status, usage)
+        return child.outcome()
+    finally:
+        child.close()
+
+
+def start_compile(
+    bundle: PluginBundle,
+    limits: CompileLimits,
+    *,
+    plan: HardeningPlan | None,
+    close_in_child: tuple[int, ...] = (),
+) -> CompileChild:
+    """Fork the compile child for `bundle` and return at once (see `CompileChild`).
+
+    `close_in_child`: fds of the fork server the child must not keep (its control socket
+    above all, and other compile children's pipes). The child arms a lifeline whose only
+    write end the fork server holds, so it dies with the fork server, busy or not (and so
+    with the host). An OSError is a fork or pipe failure."""
     global forked_total  # noqa: PLW0603 - a per-process count
     base_vm, base_rss = _own_memory()
     r, w = os.pipe()
     try:
-        pid = os.fork()
+        lifeline_r, lifeline_w = os.pipe()
     except BaseException:
         os.close(r)
         os.close(w)
         raise
+    try:
+        pid = os.fork()
+    except BaseException:
+        for fd in (r, w, lifeline_r, lifeline_w):
+            os.close(fd)
+        raise
     if pid == 0:
-        os.close(r)
-        _child(bundle, w, limits, base_vm, plan, close_in_child)
+        _child(bundle, w, lifeline_r, limits, base_vm, plan, (*close_in_child, r, lifeline_w))
     forked_total += 1
     os.close(w)
-    try:
-        data, stopped = _read_reply(r, limits)
-    finally:
-        os.close(r)
-    if stopped is not None:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    _, status, usage = os.wait4(pid, 0)
-    # Peak resident memory past half the budget: a MemoryError (or a death) came from the
-    # address-space limit, not from the parser's own stack, which fails nested source early.
-    near_limit = usage.ru_maxrss * 1024 >= base_rss + limits.memory_bytes // 2
-    if stopped is not None:
-        raise too_complex_to_compile(stopped)
-    if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) != 0:
-        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
-        if sig == signal.SIGXCPU or usage.ru_utime + usage.ru_stime >= limits.cpu_seconds:
-            raise too_complex_to_compile("cpu")
-        if near_limit:
-            raise too_complex_to_compile("memory")
-        raise too_complex_to_compile("crashed", status=status)
-    return parse_reply(data, bundle, near_memory_limit=near_limit)
+    os.close(lifeline_r)
+    os.set_blocking(r, False)
+    return CompileChild(
+        bundle=bundle,
+        limits=limits,
+        pid=pid,
+        reply_fd=r,
+        lifeline_fd=lifeline_w,
+        base_rss=base_rss,
+        deadline=time.monotonic() + limits.wall_seconds,
+    )
+
+
+@dataclass(slots=True, eq=False, kw_only=True)
+class CompileChild:
+    """A running compile child, driven by its parent's loop: `read` whenever `reply_fd` is
+    readable (the reply, read to EOF; past `max_reply_bytes` the child is killed, resource
+    `output`), `expire` on each wake-up (past the wall-clock net it is killed, `time`),
+    `reaped` with its wait status and resource usage; once `done`, `outcome()` is the
+    compiled bundle or raises the coded refusal, and `close()` releases the fds."""
+
+    bundle: PluginBundle
+    limits: CompileLimits
+    pid: int
+    reply_fd: int  # -1 once read to EOF or given up
+    lifeline_fd: int  # the write end of the child's lifeline; closing it kills the child
+    base_rss: int
+    deadline: float
+    data: bytearray = field(default_factory=bytearray)
+    stopped: str | None = None
+    # (wait status, CPU seconds, peak resident bytes), once reaped.
+    exit: tuple[int, float, int] | None = None
+
+    @property
+    def reading(self) -> bool:
+        return self.reply_fd >= 0
+
+    @property
+    def done(self) -> bool:
+        return self.reply_fd < 0 and self.exit is not None
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """The parent's fds of this child, which no other child of the parent may keep."""
+        return tuple(fd for fd in (self.reply_fd, self.lifeline_fd) if fd >= 0)
+
+    def read(self) -> None:
+        """Take what the (non-blocking) reply pipe holds."""
+        while self.reply_fd >= 0:
+            try:
+                chunk = os.read(self.reply_fd, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.stop("crashed")
+                return
+            if not chunk:
+                self._close_reply()
+                return
+            self.data += chunk
+            if len(self.data) > self.limits.max_reply_bytes:
+                self.stop("output")
+
+    def expire(self, now: float) -> None:
+        """Stop a child still running past its wall-clock net (it is killed: `time`)."""
+        if self.exit is None and self.stopped is None and now >= self.deadline:
+            self.stop("time")
+
+    def stop(self, why: str) -> None:
+        """Kill the child and discard its reply; the refusal's resource is `why`."""
+        self.stopped = why
+        self.data = bytearray()
+        self._close_reply()
+        if self.exit is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def reaped(self, status: int, usage: resource.struct_rusage) -> None:
+        self.exit = (status, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
+
+    def lost(self) -> None:
+        """The child is gone without a wait status (reaped elsewhere): a crash."""
+        if self.stopped is None:
+            self.stopped = "crashed"
+        self._close_reply()
+        self.exit = (0, 0.0, 0)
+
+    def close(self) -> None:
+        """Release the fds (idempotent); a child still running dies by its lifeline."""
+        self._close_reply()
+        if self.lifeline_fd >= 0:
+            os.close(self.lifeline_fd)
+            self.lifeline_fd = -1
+
+    def _close_reply(self) -> None:
+        if self.reply_fd >= 0:
+            os.close(self.reply_fd)
+            self.reply_fd = -1
+
+    def outcome(self) -> CompiledBundle:
+        """The compiled bundle, or the coded refusal raised; only once `done`."""
+        assert self.exit is not None
+        status, cpu_seconds, peak_rss = self.exit
+        # Peak resident memory past half the budget: a MemoryError (or a death) came from
+        # the address-space limit, not from the parser's own stack, which fails nested
+        # source early.
+        near_limit = peak_rss >= self.base_rss + self.limits.memory_bytes // 2
+        if self.stopped is not None:
+            raise too_complex_to_compile(self.stopped)
+        if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) != 0:
+            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+            if sig == signal.SIGXCPU or cpu_seconds >= self.limits.cpu_seconds:
+                raise too_complex_to_compile("cpu")
+            if near_limit:
+                raise too_complex_to_compile("memory")
+            raise too_complex_to_compile("crashed", status=status)
+        return parse_reply(bytes(self.data), self.bundle, near_memory_limit=near_limit)
+
+
+def depends_on_source_alone(err: SuaveplanError) -> bool:
+    """Whether a refusal is the checker's verdict on the source, the same at every later
+    load of that bundle (a forbidden import or syntax, a dunder attribute), and so worth
+    remembering by digest. `too-complex-to-compile` is not: it depends on the load's memory
+    limit, on CPU time and wall-clock time that vary with the machine's speed and load, or
+    on a child that died, perhaps by the OOM killer's hand; a later load may well pass."""
+    return err.details.get("reason") != _TOO_COMPLEX
 
 
 def _own_memory() -> tuple[int, int]:
@@ -154,27 +301,6 @@ def _own_memory() -> tuple[int, int]:
         return int(size) * page, int(rss) * page
     except (OSError, ValueError):
         return 256 * 1024 * 1024, 64 * 1024 * 1024
-
-
-def _read_reply(fd: int, limits: CompileLimits) -> tuple[bytes, str | None]:
-    """The child's whole reply, read until EOF; with `output` if it passed the bound or
-    `time` if the wall-clock net ran out (the reply is then discarded)."""
-    data = bytearray()
-    deadline = time.monotonic() + limits.wall_seconds
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return b"", "time"
-        if not poller.poll(left * 1000):
-            continue
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return bytes(data), None
-        data += chunk
-        if len(data) > limits.max_reply_bytes:
-            return b"", "output"
 
 
 def parse_reply(
@@ -258,6 +384,7 @@ def refusal_wire(err: SuaveplanError) -> dict[str, object]:
 def _child(  # noqa: PLR0917
     bundle: PluginBundle,
     w: int,
+    lifeline: int,
     limits: CompileLimits,
     base_vm: int,
     plan: HardeningPlan | None,
@@ -270,16 +397,20 @@ def _child(  # noqa: PLR0917
         for fd in close:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        # Dies with the fork server (and so with the host), busy or not: the CPU limit
+        # alone would let a spinning child outlive both by half a minute.
+        arm_lifeline(lifeline)
         memory = base_vm + limits.memory_bytes
         cpu = int(time.process_time()) + 1 + limits.cpu_seconds
         _limit(memory, cpu)  # first, so that nothing below runs unlimited
         if plan is not None:
-            # Defence in depth against a parser bug: the child keeps only its reply pipe.
+            # Defence in depth against a parser bug: the child keeps only its reply pipe
+            # (and its lifeline).
             # Nothing of the plugin's runs here, so a layer that fails is no reason to stop.
             with contextlib.suppress(Exception):
                 apply_hardening(
                     plan,
-                    keep_fds=(w,),
+                    keep_fds=(w, lifeline),
                     rlimits=RlimitSettings(address_space_bytes=memory, cpu_seconds=None),
                 )
             _limit(memory, cpu)  # again: hardening sets RLIMIT_CPU its own way

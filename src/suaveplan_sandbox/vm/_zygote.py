@@ -1,13 +1,23 @@
 """Host side of the fork server: start it lazily, send bundles once, ask for workers.
 
-One `ForkServer` per host process (`fork_server()`); requests are synchronous and short
-(a fork takes milliseconds), serialised by a lock so sandboxes on any thread or loop can
-share it. The one long request is the `load` of a bundle the fork server has not compiled:
-it checks and compiles it in a limited child (seconds for a plugin of megabytes) and answers
-`loaded`, or `refused` with the plugin's coded error, which `load` raises as it came (the
-host never parses plugin source itself). EOF on the control socket marks it dead; the next
-request restarts it, and a request in flight when it died raises
-`SAND_VM_FORK_SERVER_FAILED`.
+One `ForkServer` per host process (`fork_server()`), shared by sandboxes on any thread or
+loop. Requests carry ids and may be outstanding together: a fork takes milliseconds, and the
+one long request, the `load` of a bundle the fork server has not compiled, no longer holds
+up anyone else's. The fork server checks and compiles such a bundle in a limited child
+(seconds for a plugin of megabytes) while it serves other requests, and answers `loaded`, or
+`refused` with the plugin's coded error, which `load` raises as it came (the host never
+parses plugin source itself).
+
+Theory of operation. A request registers its id under `_lock`, is sent without the lock (a
+send that waits for room must not stop replies being read), and then waits on `_changed`
+for its reply. Whichever waiting thread finds nobody reading becomes the reader: it takes
+one message off the control socket outside the lock, files it (a reply under its id, an
+`exited` notice in `exited` and `live`), wakes every waiter and lets the role go, so a reply
+reaches its waiter however the threads interleave, and no thread reads while no request
+waits (there is no reader thread to own, stop or count). EOF or an error on the socket
+marks that zygote dead (it is killed if need be): every request waiting on it raises
+`SAND_VM_FORK_SERVER_FAILED`, and the next request starts a fresh one. A socket is closed
+only once no thread uses it any more, so no send or read can reach an fd reused meanwhile.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -86,11 +97,31 @@ def _once_more_if_unsent(request: Callable[[], _T]) -> _T:
     return request()
 
 
-class ForkServer:
-    """A running zygote and its control socket."""
+@dataclass(eq=False)
+class _Channel:
+    """One running zygote, its control socket and the requests waiting on it."""
 
-    def __init__(self) -> None:
+    proc: subprocess.Popen[bytes]
+    ctl: socket.socket
+    # Request id -> its reply, None until it came.
+    replies: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    reading: bool = False  # a thread is taking a message off `ctl`
+    users: int = 0  # threads between registering a request and being done with it
+    dead: str | None = None  # why it ended, once it did
+    cause: BaseException | None = None
+
+
+class ForkServer:
+    """A running zygote and its control socket (see the module docstring).
+
+    `bootstrap`: the `-c` program that starts the zygote (tests wrap it in a hook)."""
+
+    def __init__(self, *, bootstrap: str = _BOOTSTRAP) -> None:
+        self._bootstrap = bootstrap
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._chan: _Channel | None = None
+        # The running zygote's process and socket (the channel's), None while none runs.
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctl: socket.socket | None = None
         self._loaded: set[str] = set()
@@ -98,24 +129,29 @@ class ForkServer:
         self.exited: dict[int, int] = {}
         self.live: set[int] = set()
         self.starts = 0
-        # Compile children the running zygote forked, as of the last `ping`.
+        # As of the last `ping`: compile children the running zygote forked, how many run
+        # now, loads queued for a free one, and load requests waiting for an answer.
         self.compiles = 0
+        self.compiling = 0
+        self.queued = 0
+        self.waiting = 0
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        proc = self._proc
+        return proc.pid if proc is not None else None
 
-    def _start(self) -> socket.socket:
+    def _start(self) -> _Channel:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         paths = [p for p in sys.path if p and Path(p).is_dir()]
         try:
-            self._proc = subprocess.Popen(  # noqa: S603 - fixed argv, our own interpreter
+            proc = subprocess.Popen(  # noqa: S603 - fixed argv, our own interpreter
                 [
                     sys.executable,
                     "-I",
                     "-S",
                     "-c",
-                    _BOOTSTRAP,
+                    self._bootstrap,
                     str(child.fileno()),
                     json.dumps(paths),
                 ],
@@ -136,56 +172,123 @@ class ForkServer:
             raise _failed("spawn", exc) from exc
         finally:
             child.close()
-        self._ctl = host
+        chan = _Channel(proc=proc, ctl=host)
+        self._chan, self._proc, self._ctl = chan, proc, host
         self._loaded = set()
         self.live = set()
         self.starts += 1
-        return host
+        return chan
 
-    def _mark_dead(self) -> None:
-        if self._ctl is not None:
-            self._ctl.close()
-        self._ctl = None
-        if self._proc is not None:
-            with contextlib.suppress(OSError):
-                self._proc.kill()
-            self._proc.wait()
-        self._proc = None
-        self._loaded = set()
+    def _end(self, chan: _Channel, why: str, cause: BaseException | None = None) -> None:
+        """Mark `chan`'s zygote dead (killing it), fail its waiters; under `_lock`."""
+        if chan.dead is not None:
+            return
+        chan.dead, chan.cause = why, cause
+        with contextlib.suppress(OSError):
+            chan.ctl.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked on it
+        with contextlib.suppress(OSError):
+            chan.proc.kill()
+        chan.proc.wait()
+        if chan is self._chan:
+            self._chan, self._proc, self._ctl = None, None, None
+            self._loaded = set()
+        self._release(chan)
+        self._changed.notify_all()
 
-    def _request(self, ctl: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        self._next_id += 1
-        req["id"] = self._next_id
+    @staticmethod
+    def _release(chan: _Channel) -> None:
+        if chan.dead is not None and chan.users == 0:
+            chan.ctl.close()
+
+    def _ensure(self) -> _Channel:
+        """The running zygote's channel, started if none runs; under `_lock`."""
+        chan = self._chan
+        if chan is not None and chan.proc.poll() is None:
+            return chan
+        if chan is not None:
+            self._end(chan, "eof")
+        return self._start()
+
+    def _request(self, req: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], _Channel]:
+        """Send `req` with `fds` and wait for its reply (and the channel it came on)."""
+        with self._lock:
+            chan = self._ensure()
+            self._next_id += 1
+            req_id = req["id"] = self._next_id
+            chan.replies[req_id] = None
+            chan.users += 1
         try:
             try:
-                socket.send_fds(ctl, [msgpack.packb(req, use_bin_type=True)], fds)
+                socket.send_fds(chan.ctl, [msgpack.packb(req, use_bin_type=True)], fds)
             except OSError as exc:
+                with self._lock:
+                    self._end(chan, "eof", exc)
                 # Nothing reached the zygote: the caller may safely retry on a fresh one.
                 raise _failed(_SEND_FAILED, exc) from exc
-            while True:
-                data = ctl.recv(65536)
-                if not data:
-                    raise _failed("eof")
-                rep = msgpack.unpackb(data, raw=False)
-                if rep.get("op") == "exited":
-                    self.live.discard(rep["pid"])
-                    self.exited[rep["pid"]] = rep["status"]
-                    continue
-                if rep.get("id") == req["id"]:
-                    return dict(rep)
-        except SuaveplanError:
-            self._mark_dead()
-            raise
-        except OSError as exc:
-            self._mark_dead()
-            raise _failed("io", exc) from exc
+            return self._await(chan, req_id), chan
+        finally:
+            with self._lock:
+                chan.replies.pop(req_id, None)
+                chan.users -= 1
+                self._release(chan)
 
-    def _ensure(self) -> socket.socket:
-        if self._ctl is not None and self._proc is not None and self._proc.poll() is None:
-            return self._ctl
-        if self._ctl is not None:
-            self._mark_dead()
-        return self._start()
+    def _await(self, chan: _Channel, req_id: int) -> dict[str, Any]:
+        while True:
+            with self._lock:
+                while True:
+                    rep = chan.replies.get(req_id)
+                    if rep is not None:
+                        return rep
+                    if chan.dead is not None:
+                        raise _failed(chan.dead, chan.cause)
+                    if not chan.reading:
+                        chan.reading = True
+                        break
+                    self._changed.wait()
+            try:
+                data = chan.ctl.recv(65536)
+            except BaseException as exc:
+                # Whatever it was, a message may have been lost with it: no waiter on this
+                # zygote could be sure of its reply any more.
+                with self._lock:
+                    chan.reading = False
+                    self._end(chan, "io", exc)
+                if isinstance(exc, OSError):
+                    raise _failed("io", exc) from exc
+                raise
+            with self._lock:
+                chan.reading = False
+                self._file(chan, data)
+                self._changed.notify_all()
+
+    def _file(self, chan: _Channel, data: bytes) -> None:
+        """File one message from `chan`'s zygote; under `_lock`."""
+        if chan.dead is not None:
+            return
+        if not data:
+            self._end(chan, "eof")
+            return
+        try:
+            rep = msgpack.unpackb(data, raw=False)
+        except Exception as exc:  # msgpack raises many types; all mean "malformed"
+            self._end(chan, "io", exc)
+            return
+        if type(rep) is not dict:
+            self._end(chan, "io")
+            return
+        pid = rep.get("pid")
+        if rep.get("op") == "exited":
+            if type(pid) is int:
+                self.live.discard(pid)
+                self.exited[pid] = rep.get("status", -1)
+            return
+        req_id = rep.get("id")
+        if type(req_id) is int and req_id in chan.replies:
+            if rep.get("op") == "forked" and type(pid) is int:
+                # Here, in the order the zygote sent them, not when the requester wakes:
+                # the worker's `exited` may be the very next message.
+                self.live.add(pid)
+            chan.replies[req_id] = dict(rep)
 
     def fork(
         self,
@@ -243,19 +346,12 @@ class ForkServer:
         `compile_memory_mb` at most (and whose CPU time is capped); the plugin's refusal
         (forbidden import or syntax, source too complex to compile within those limits) is
         raised with its own code. Blocks until the zygote answers: seconds for a large
-        plugin seen for the first time.
+        plugin seen for the first time (longer if other loads hold every compile child),
+        while other threads' forks and loads go on.
         """
-
         if bundle.digest in self._loaded:
             return  # the common case, at no cost: a stale hint only means `fork` loads it
-
-        def load() -> None:
-            with self._lock:
-                ctl = self._ensure()
-                if bundle.digest not in self._loaded:
-                    self._load(ctl, bundle, compile_memory_mb)
-
-        _once_more_if_unsent(load)
+        _once_more_if_unsent(functools.partial(self._load, bundle, compile_memory_mb))
 
     def _fork(
         self,
@@ -269,74 +365,75 @@ class ForkServer:
         busy_poll_us: int,
     ) -> int:
         fds = [worker_sock.fileno()] + ([lifeline] if lifeline is not None else [])
-        with self._lock:
-            ctl = self._ensure()
-            for attempt in range(2):
-                if attempt or bundle.digest not in self._loaded:
-                    self._load(ctl, bundle, DEFAULT_COMPILE_MEMORY_MB)
-                req = {
-                    "op": "fork",
-                    "digest": bundle.digest,
-                    "rlimits": list(rlimits),
-                    "require": list(require),
-                    "probe": probe,
-                    "busy_poll_us": busy_poll_us,
-                }
-                rep = self._request(ctl, req, fds)
-                if rep.get("op") == "forked":
-                    break
-                # The zygote dropped it (it keeps the most recently used only): load it again.
-                if attempt or rep.get("why") != "unknown-digest":
-                    raise _failed(str(rep.get("why", "fork")))
-                self._loaded.discard(bundle.digest)
-            pid = int(rep["pid"])
-            self.live.add(pid)
-            return pid
+        for attempt in range(2):
+            if attempt or bundle.digest not in self._loaded:
+                self._load(bundle, DEFAULT_COMPILE_MEMORY_MB)
+            req = {
+                "op": "fork",
+                "digest": bundle.digest,
+                "rlimits": list(rlimits),
+                "require": list(require),
+                "probe": probe,
+                "busy_poll_us": busy_poll_us,
+            }
+            rep, chan = self._request(req, fds)
+            if rep.get("op") == "forked":
+                break
+            # The zygote dropped it (it keeps the most recently used only): load it again.
+            if attempt or rep.get("why") != "unknown-digest":
+                raise _failed(str(rep.get("why", "fork")))
+            with self._lock:
+                if chan is self._chan:
+                    self._loaded.discard(bundle.digest)
+        return int(rep["pid"])  # `live` has it already (see `_file`)
 
-    def _load(self, ctl: socket.socket, bundle: PluginBundle, compile_memory_mb: int) -> None:
+    def _load(self, bundle: PluginBundle, compile_memory_mb: int) -> None:
         wire = bundle.to_wire()
         packed = msgpack.packb(wire, use_bin_type=True)
         req: dict[str, Any] = {"op": "load", "compile_memory_mb": compile_memory_mb}
         if len(packed) <= _INLINE_BUNDLE_BYTES:
-            rep = self._request(ctl, {**req, "bundle": wire}, [])
+            rep, chan = self._request({**req, "bundle": wire}, [])
         else:
             fd = _anonymous_file()
             try:
                 view = memoryview(packed)
                 while view:
                     view = view[os.write(fd, view) :]
-                rep = self._request(ctl, {**req, "bundle_bytes": len(packed)}, [fd])
+                rep, chan = self._request({**req, "bundle_bytes": len(packed)}, [fd])
             finally:
                 os.close(fd)
         if rep.get("op") == "refused":
             raise _refusal(rep.get("error"))
         if rep.get("op") != "loaded":
             raise _failed(str(rep.get("why", "load")))
-        if len(self._loaded) >= _LOADED_HINTS:
-            self._loaded.clear()  # only a hint of what the zygote holds: a miss reloads
-        self._loaded.add(bundle.digest)
+        with self._lock:
+            if chan is not self._chan:
+                return  # answered by a zygote since replaced: the hint is not for this one
+            if len(self._loaded) >= _LOADED_HINTS:
+                self._loaded.clear()  # only a hint of what the zygote holds: a miss reloads
+            self._loaded.add(bundle.digest)
 
     def fork_bare(self, sock: socket.socket) -> int:
         """Benchmark baseline: fork a child that writes one byte on `sock` and waits for EOF."""
-        with self._lock:
-            rep = self._request(self._ensure(), {"op": "bare"}, [sock.fileno()])
-            if rep.get("op") != "forked":
-                raise _failed(str(rep.get("why", "fork")))
-            pid = int(rep["pid"])
-            self.live.add(pid)
-            return pid
+        rep, _ = self._request({"op": "bare"}, [sock.fileno()])
+        if rep.get("op") != "forked":
+            raise _failed(str(rep.get("why", "fork")))
+        return int(rep["pid"])
 
     def ping(self) -> int:
-        """The zygote's pid (starting it if needed); also collects exit notices."""
-        with self._lock:
-            rep = self._request(self._ensure(), {"op": "ping"}, [])
-            compiles = rep.get("compiles")
-            self.compiles = compiles if type(compiles) is int else 0
-            return int(rep["pid"])
+        """The zygote's pid (starting it if needed); also collects exit notices and the
+        compile counts (`compiles`, `compiling`, `queued`, `waiting`)."""
+        rep, _ = self._request({"op": "ping"}, [])
+        counts = [rep.get(k) for k in ("compiles", "compiling", "queued", "waiting")]
+        self.compiles, self.compiling, self.queued, self.waiting = (
+            n if type(n) is int else 0 for n in counts
+        )
+        return int(rep["pid"])
 
     def shutdown(self) -> None:
         with self._lock:
-            self._mark_dead()
+            if self._chan is not None:
+                self._end(self._chan, "shutdown")
 
 
 _server: ForkServer | None = None
