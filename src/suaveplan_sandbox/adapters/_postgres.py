@@ -623,6 +623,15 @@ class PostgresDb:
                 details,
                 cause=exc,
             ) from None
+        except UnicodeEncodeError:
+            # A str psycopg cannot encode as UTF8 (a lone surrogate), in a value or in the
+            # text: it raises before anything is sent, and no psycopg.Error. No cause: a
+            # UnicodeEncodeError holds the whole value (as `SqliteDb` refuses it).
+            raise SuaveplanError(
+                "SAND_DB_ERROR",
+                "a parameter or the text cannot be encoded (UnicodeEncodeError)",
+                {"reason": "parameter-invalid"},
+            ) from None
 
     async def query(self, sql: str, params: Sequence[WireValue]) -> QueryResult:
         decision = self._gate.check_query(sql, list(params))

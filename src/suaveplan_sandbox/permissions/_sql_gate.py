@@ -15,10 +15,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Final, Literal, final
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ErrorLevel
@@ -58,10 +59,13 @@ SQLITE_SAFE_FUNCTIONS: Final[frozenset[str]] = _COMMON_FUNCTIONS | frozenset(
      "like", "glob", "likelihood", "likely", "unlikely", "octet_length", "->", "->>", "format"}
 )  # fmt: skip
 # Not `format` on PostgreSQL: its width (`%1000000000s`, or `%*s` from an argument) pads in
-# one loop that no statement timeout interrupts (1 GB and 7 s past a 100 ms timeout).
+# one loop that no statement timeout interrupts (1 GB and 7 s past a 100 ms timeout). Nor
+# `lpad`/`rpad`, for the same reason: a length of 268,000,000 allocates 1 GB and fills it in
+# one loop (3.5 s past a 100 ms timeout, and each further call in the expression adds as
+# much, memory included). sqlglot parses both into `Pad`, which no list names either.
 POSTGRES_SAFE_FUNCTIONS: Final[frozenset[str]] = _COMMON_FUNCTIONS | frozenset(
     {"string_agg", "array_agg", "bool_and", "bool_or", "greatest", "least", "now",
-     "date_trunc", "extract", "to_char", "lpad", "rpad", "left", "right", "btrim",
+     "date_trunc", "extract", "to_char", "left", "right", "btrim",
      "char_length", "position", "strpos", "md5", "split_part", "json_build_object",
      "jsonb_build_object", "json_build_array", "jsonb_build_array", "jsonb_extract_path_text",
      "json_extract_path_text", "json_array_length", "jsonb_array_length", "json_agg",
@@ -200,6 +204,34 @@ _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklm
 _FUNC_NAMES: dict[type[exp.Expr], str] = {}  # sqlglot function class -> its `sql_name()`
 
 logger = logging.getLogger(__name__)
+
+
+@final
+class _QuietWhileGating(logging.Filter):
+    """Drops the records sqlglot logs while this thread runs the gate.
+
+    They quote the plugin's text (`Invalid JSON path syntax. … $[<text>`, `'<text>' contains
+    unsupported syntax`): text the host's redaction never sees, in the host's log, as often
+    as a plugin sends a new statement. The gate's decision says all the host needs."""
+
+    def __init__(self) -> None:
+        super().__init__("sqlglot")
+        self._gating = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self._gating, "depth", 0)
+
+    @contextlib.contextmanager
+    def gating(self) -> Iterator[None]:
+        self._gating.depth = getattr(self._gating, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._gating.depth -= 1
+
+
+_QUIET: Final = _QuietWhileGating()
+logging.getLogger("sqlglot").addFilter(_QUIET)
 
 
 class _Rejected(Exception):
@@ -449,6 +481,215 @@ def _sqlite_spellings(tokens: list[Token], sql: str) -> str | None:
     return "".join(out)
 
 
+# -- lexical agreement with the engine ---------------------------------------------------
+#
+# sqlglot's tokenizer is not the engine's: it read `$1,$ … $1,$` as a dollar-quoted string
+# where PostgreSQL reads the parameters `$1`, `$2` and code (PostgreSQL's tags are
+# identifiers, sqlglot's anything up to the next `$`), and counted `*/*` inside a nested
+# comment as a close and an open where PostgreSQL reads a close and a `*`. Either way the
+# gate judged less code than the engine ran (a hidden `set_config('statement_timeout', …)`,
+# a read of `pg_roles`). So every statement is also read by a small scanner that follows the
+# engine's own lexer (PostgreSQL's scan.l with `standard_conforming_strings = on`, which the
+# adapter pins; SQLite's tokenize.c) for what hides text from a parser: whitespace, comments,
+# string and blob literals, quoted identifiers, dollar quotes and SQLite's parameter names.
+# The statement is refused unless every literal the engine reads is one sqlglot token of the
+# same extent, and every character the engine reads as code lies in a token sqlglot reads as
+# code. Where the two agree on that, a difference left between them (how code is cut into
+# tokens) cannot hide code from the gate.
+
+_ENGINE_IDENT_START: Final = r"A-Za-z_\u0080-\U0010ffff"
+_ENGINE_IDENT_CONT: Final = r"A-Za-z0-9_$\u0080-\U0010ffff"
+_POSTGRES_LEXEME: Final = re.compile(
+    r"(?P<space>[ \t\n\r\f\v]+)"
+    r"|(?P<line>--[^\n\r]*)"
+    r"|(?P<block>/\*)"
+    r"|(?P<escape>[eE]')"  # E'…': backslash escapes
+    r"|(?P<plain>(?:[uU]&|[nN])?')"  # '…', U&'…', N'…': a quote is doubled
+    r"|(?P<bits>[bBxX]')"  # B'…', X'…': no escapes at all
+    r"|(?P<quoted>(?:[uU]&)?\")"
+    rf"|(?P<ident>[{_ENGINE_IDENT_START}][{_ENGINE_IDENT_CONT}]*)"
+    rf"|(?P<dollar>\$(?:[{_ENGINE_IDENT_START}][A-Za-z0-9_\u0080-\U0010ffff]*)?\$)"
+    r"|(?P<code>\$[0-9]+|[^ \t\n\r\f\v\-/'\"$" + _ENGINE_IDENT_START + r"]+|.)",
+    re.DOTALL,
+)
+_POSTGRES_BODY: Final = {
+    "escape": re.compile(r"(?:[^'\\]|\\.|'')*'", re.DOTALL),
+    "plain": re.compile(r"(?:[^']|'')*'"),
+    "bits": re.compile(r"[^']*'"),
+    "quoted": re.compile(r'(?:[^"]|"")*"'),
+}
+# After a closing quote: whitespace holding a newline, then a quote, continues the literal in
+# the same state (scan.l's `quotecontinue`), so an `E'…'` continues with backslash escapes.
+# Possessive throughout (`*+`): the plugin writes this text, and the backtracking of a
+# `(?:[ \t…]+|…)*` over a run of whitespace with no quote after it doubled with every
+# character (0.8 s for 24 spaces).
+_POSTGRES_CONTINUE: Final = re.compile(
+    r"(?:[ \t\f]|--[^\n\r]*+)*+[\n\r](?:[ \t\n\r\f\v]|--[^\n\r]*+[\n\r])*+'"
+)
+# Inside a comment `/*` opens and `*/` closes: the same as scan.l's `\*+\/` (a run of stars
+# then a slash is a close, whichever star starts it), without rescanning a run of stars from
+# each of its positions (quadratic in the run).
+_POSTGRES_COMMENT_MARK: Final = re.compile(r"/\*|\*/")
+
+_SQLITE_LEXEME: Final = re.compile(
+    r"(?P<space>[ \t\n\f\r]+)"
+    r"|(?P<line>--[^\n]*)"
+    r"|(?P<block>/\*(?=.))"
+    r"|(?P<bits>[xX]')"  # a BLOB literal ends at its first quote
+    r"|(?P<plain>')"
+    r"|(?P<quoted>[\"`])"
+    r"|(?P<bracket>\[)"
+    rf"|(?P<ident>[{_ENGINE_IDENT_START}][{_ENGINE_IDENT_CONT}]*)"
+    r"|(?P<variable>[$@:#])"
+    r"|(?P<code>[^ \t\n\f\r\-/'\"`\[$@:#" + _ENGINE_IDENT_START + r"]+|.)",
+    re.DOTALL,
+)
+_SQLITE_BODY: Final = {
+    "plain": re.compile(r"(?:[^']|'')*'"),
+    "bits": re.compile(r"[^']*'"),
+    '"': re.compile(r'(?:[^"]|"")*"'),
+    "`": re.compile(r"(?:[^`]|``)*`"),
+    "bracket": re.compile(r"[^\]]*\]"),
+}
+_SQLITE_ID_CHAR: Final = re.compile(rf"[{_ENGINE_IDENT_CONT}]")
+_LITERAL_TOKENS: Final = frozenset(
+    {TokenType.STRING, TokenType.IDENTIFIER, TokenType.BIT_STRING, TokenType.HEX_STRING,
+     TokenType.BYTE_STRING, TokenType.NATIONAL_RAW_STRING, TokenType.NATIONAL_STRING,
+     TokenType.RAW_STRING, TokenType.HEREDOC_STRING, TokenType.UNICODE_STRING}
+)  # fmt: skip
+
+
+def _sqlite_variable_end(sql: str, start: int) -> int:
+    """Where SQLite's parameter token starting at `start` (`$`, `@`, `:` or `#`) ends; the
+    TCL forms `$a::b` and `$a(…)` included (tokenize.c). -1 for SQLite's TK_ILLEGAL."""
+    size = len(sql)
+    i = start + 1
+    named = 0
+    while i < size:
+        char = sql[i]
+        if _SQLITE_ID_CHAR.match(char):
+            named += 1
+            i += 1
+        elif char == "(" and named:
+            i += 1
+            while i < size and sql[i] not in " \t\n\f\r\v)":
+                i += 1
+            return i + 1 if i < size and sql[i] == ")" else -1
+        elif char == ":" and sql[i + 1 : i + 2] == ":":
+            i += 2
+        else:
+            break
+    return i if named else -1
+
+
+def _engine_lexemes(
+    sql: str, dialect: str
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
+    """(literal spans, code spans) as the engine reads `sql`, each `(start, end exclusive)`:
+    literals are strings, BLOBs, quoted identifiers and dollar quotes (their delimiters
+    included); code is every other character outside whitespace and comments. None where the
+    engine would refuse the text itself (an unterminated literal or PostgreSQL comment)."""
+    postgres = dialect == "postgres"
+    lexeme = _POSTGRES_LEXEME if postgres else _SQLITE_LEXEME
+    literals: list[tuple[int, int]] = []
+    code: list[tuple[int, int]] = []
+    pos, size = 0, len(sql)
+    while pos < size:
+        match = lexeme.match(sql, pos)
+        if match is None:  # pragma: no cover - `.` matches any character
+            return None
+        kind, end = match.lastgroup, match.end()
+        if kind == "block":
+            end = _block_comment_end(sql, end, postgres)
+            if end < 0:
+                return None
+        elif kind in ("escape", "plain", "bits", "quoted", "bracket"):
+            key = sql[end - 1] if kind == "quoted" and not postgres else kind
+            body = (_POSTGRES_BODY if postgres else _SQLITE_BODY)[key]
+            while True:
+                closed = body.match(sql, end)
+                if closed is None:
+                    return None
+                end = closed.end()
+                more = _POSTGRES_CONTINUE.match(sql, end) if postgres and kind != "quoted" else None
+                if more is None:
+                    break
+                literals.append((pos, end))
+                pos, end = more.end() - 1, more.end()
+            literals.append((pos, end))
+        elif kind == "dollar":
+            close = sql.find(match.group(), end)
+            if close < 0:
+                return None
+            end = close + len(match.group())
+            literals.append((pos, end))
+        elif kind == "variable":
+            end = _sqlite_variable_end(sql, pos)
+            if end < 0:
+                return None
+        if kind in ("ident", "code", "variable"):
+            if code and code[-1][1] == pos:
+                code[-1] = (code[-1][0], end)
+            else:
+                code.append((pos, end))
+        pos = end
+    return literals, code
+
+
+def _block_comment_end(sql: str, pos: int, nested: bool) -> int:
+    """The end of a block comment whose `/*` ends at `pos`: PostgreSQL nests them (scan.l's
+    `xc` state: `/*` opens, a run of `*` then `/` closes, so `*/*` is a close and a `*`);
+    SQLite does not, and an unterminated one runs to the end. -1: PostgreSQL's
+    unterminated comment, an error."""
+    if not nested:
+        close = sql.find("*/", pos)
+        return len(sql) if close < 0 else close + 2
+    depth = 1
+    while depth:
+        mark = _POSTGRES_COMMENT_MARK.search(sql, pos)
+        if mark is None:
+            return -1
+        depth += 1 if mark.group() == "/*" else -1
+        pos = mark.end()
+    return pos
+
+
+def _lexically_agrees(sql: str, tokens: list[Token], dialect: str) -> bool:
+    """Whether sqlglot's `tokens` of `sql` hide no code from the gate that the engine runs
+    (see the comment above `_ENGINE_IDENT_START`)."""
+    lexemes = _engine_lexemes(sql, dialect)
+    if lexemes is None:
+        return False
+    literals, code = lexemes
+    literal_tokens: dict[int, int] = {}
+    spans: list[tuple[int, int]] = []
+    for token in tokens:
+        start, end = token.start, token.end + 1
+        kind = token.token_type
+        if kind is TokenType.HINT:
+            continue  # a comment (`/*+ … */`) to the engine, never code
+        if kind in _LITERAL_TOKENS and not "0" <= sql[start : start + 1] <= "9":
+            # (`0x1F` is a HEX_STRING to sqlglot and a number, code, to the engines.)
+            literal_tokens[start] = end
+        else:
+            spans.append((start, end))
+    covered: list[tuple[int, int]] = []  # sqlglot's code tokens, merged, end exclusive
+    for start, end in sorted(spans):
+        if covered and start <= covered[-1][1]:
+            covered[-1] = (covered[-1][0], max(end, covered[-1][1]))
+        else:
+            covered.append((start, end))
+    if any(literal_tokens.get(start) != end for start, end in literals):
+        return False
+    index, count = 0, len(covered)
+    for start, end in code:
+        while index < count and covered[index][1] <= start:
+            index += 1
+        if index == count or covered[index][0] > start or covered[index][1] < end:
+            return False
+    return True
+
+
 def _is_scalar_param(value: object) -> bool:
     return value is None or type(value) in (bool, int, float, str, bytes)
 
@@ -538,18 +779,26 @@ class SqlGate:
         return Allow(rule=self.table_prefix, target=sql)
 
     def _single_statement(self, sql: str) -> exp.Expr | None:
+        with _QUIET.gating():
+            return self._parse_one(sql)
+
+    def _parse_one(self, sql: str) -> exp.Expr | None:
         try:
             tokens = self._dialect_obj.tokenize(sql)
+            text = sql
             # The text test is a cheap filter (a C-level scan); the tokens decide.
             if self.dialect == "sqlite" and _MAYBE_SQLITE_SPELLING.search(sql):
                 # Twice at most: a leading `REPLACE` hides the rest of the text in one token.
-                text = sql
                 for _ in range(2):
                     spelled = _sqlite_spellings(tokens, text)
                     if spelled is None:
                         break
                     text = spelled
                     tokens = self._dialect_obj.tokenize(text)
+            # On the respelled text: a respelling only edits keywords and numbers, which
+            # change nothing of what hides text from a parser.
+            if not _lexically_agrees(text, tokens, self.dialect):
+                return None
             if ";" in sql:
                 last = len(tokens) - 1
                 for i, token in enumerate(tokens):
@@ -582,12 +831,19 @@ class SqlGate:
 
     # -- migrations ------------------------------------------------------------------------
     def check_migration(self, sql: str) -> list[Allow | Deny]:
+        with _QUIET.gating():
+            return self._check_migration(sql)
+
+    def _check_migration(self, sql: str) -> list[Allow | Deny]:
         if "\x00" in sql:
             # As in `check_query`: an identifier character to sqlglot, the end of the text to
             # C-string code (SQLite's statement splitter raised on it, past the gate).
             return [_NOT_PERMITTED]
         try:
-            parsed = sqlglot.parse(sql, read=self.dialect, error_level=sqlglot.ErrorLevel.RAISE)
+            tokens = self._dialect_obj.tokenize(sql)
+            if not _lexically_agrees(sql, tokens, self.dialect):
+                return [_NOT_PERMITTED]
+            parsed = self._dialect_obj.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
         except Exception:  # any parser failure is a refusal, never a crash
             return [_NOT_PERMITTED]
         out: list[Allow | Deny] = []
