@@ -15,10 +15,14 @@ reaches a later job) and dispose cancels the tasks still running. Budgets cost n
 per call unless set, and little when set: the wall clock is one timer that outlives jobs
 (a job records its deadline; the timer, when it fires, looks at the job then running and
 re-arms for its deadline, or lapses when none is), CPU and RSS a sampling timer that
-re-arms only while a job is in flight (plus a sample at a job's end when one is due, so
-calls shorter than the interval cannot hide CPU). Neither is created or cancelled per call.
-Writes are non-blocking with a bounded buffer: a worker that stops reading cannot stall the
-host's loop. Reads go into one receive buffer per thread.
+fires every `SAMPLE_INTERVAL_S` while a job is in flight (plus a sample at a job's end when
+one is due, so calls shorter than the interval cannot hide CPU) and every
+`IDLE_SAMPLE_INTERVAL_S` between jobs (a worker that escaped the interpreter can spend both
+after it answered). Neither is created or cancelled per call; the sampler changes cadence
+when a job begins after an idle sample was armed. Writes are non-blocking with a bounded
+buffer: a worker that stops reading cannot stall the host's loop, and never raise SIGPIPE.
+Reads go into one receive buffer per thread. A worker sends nothing between its answer and
+the next job: a byte that arrives then ends it (`data-outside-call`).
 
 What a plugin can make the host hold or emit is bounded. Log lines: `logs` keeps the most
 recent (`MAX_RECORDED_LOGS` lines, `MAX_RECORDED_LOG_CHARS` characters), `logs_total`
@@ -151,6 +155,11 @@ _trace_log = logging.getLogger("suaveplan_sandbox.vm.traceback")
 # RLIMIT_AS is virtual memory; the interpreter maps far more than it touches.
 INTERPRETER_SLACK_BYTES: Final = 512 * 1024 * 1024
 SAMPLE_INTERVAL_S: Final = 0.02
+# Between jobs the sampler looks less often: what it guards against there is a worker that
+# escaped the interpreter spending CPU or memory once it has answered (`_sample_idle`). One
+# /proc read a second per idle sandbox with a CPU or RSS budget; a breach is seen within
+# about two intervals (the cpuPercent window is 1 s).
+IDLE_SAMPLE_INTERVAL_S: Final = 1.0
 # The loop may run a timer up to its clock resolution early; a deadline timer firing within
 # this much of the job's deadline is that job's (the deadline sits 1 ms past the budget).
 _EARLY_S: Final = 1e-4
@@ -165,6 +174,16 @@ MAX_FRAME_ELEMENTS: Final = DEFAULT_MAX_FRAME_BYTES // 8
 # module code run) within the budget plus this; a worker that stalls is killed.
 START_GRACE_S: Final = 10.0
 _RECV_BYTES: Final = 262144
+# Worker frames handled in one turn of the loop; a read's others wait for the next turns,
+# and nothing more is read meanwhile. A host call the gateway answers at once costs ~50 us
+# (a denial, a synchronous adapter), and one read can hold thousands of small frames: a
+# worker keeping its socket full held the loop every sandbox shares for half a second a
+# read. 64 of the dearest take ~3 ms; an honest worker rarely has more than one waiting.
+MAX_FRAMES_PER_TURN: Final = 64
+# Every write to a worker: a worker that closed its socket (or died) under a reply must cost
+# the host an EPIPE, never a SIGPIPE, whose default action ends the process (the state an
+# embedded interpreter starts in, and one many programs restore).
+_NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
 # RLIMIT_CPU backstop per call (seconds of CPU) when the manifest sets no wallClockMs budget:
 # generous enough for any honest call, finite so a runaway worker ends even if the host's
 # loop is stuck. With wallClockMs it is `cpu_backstop_seconds(wallClockMs)` (budget + 1 s).
@@ -220,6 +239,14 @@ HOST_ONLY_CODES: Final = frozenset(
 # Codes the host produces for a request the worker made: genuine only if the gateway really
 # answered a request of this job that way.
 _DENIED: Final = "SAND_PERM_DENIED"
+# Gateway operations no VM guest makes and whose answer cannot cross the VM channel:
+# `fetch.connect` returns a connected socket (the WASM guests' raw TCP). A worker that forged
+# one had the host dial the granted host, fail to encode the socket and leave the connection
+# to the garbage collector, as often as it liked. The gateway sees such a request under an
+# operation it does not know and denies it (`malformed-payload`, counted and audited as any
+# denial): nothing is dialled.
+_NOT_ON_THE_VM_WIRE: Final = frozenset({("fetch", "connect")})
+_UNKNOWN_OPERATION: Final = "unknown"
 
 
 class _RecvBuffer(threading.local):
@@ -525,6 +552,7 @@ class VmSandbox:
         self._deadline: asyncio.TimerHandle | None = None
         self._deadline_at = 0.0  # loop time at which the current job's wall budget ends
         self._sampler: asyncio.TimerHandle | None = None
+        self._sampler_idle = False  # `_sampler` runs at the idle cadence (`_sample_idle`)
         self._proc: psutil.Process | None = None
         self._subscriptions: list[str] = []
         self._owned: StandardAdapters | None = None
@@ -536,6 +564,8 @@ class VmSandbox:
         self._share = loop_share(self._loop)
         self._poll_recv: Callable[[bytearray, float], int] = _never_polled
         self._inline = False  # `call` is reading the worker's frames itself (`_begin_inline`)
+        # The turn that handles the next slice of a read's frames (`_handle_slice`).
+        self._backlog: asyncio.Handle | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     def _move(self, event: str) -> None:
@@ -610,6 +640,9 @@ class VmSandbox:
             self._sock.close()
             self._sock = None
             self._out.clear()
+        if self._backlog is not None:
+            self._backlog.cancel()
+            self._backlog = None
 
     def _stop_timers(self) -> None:
         if self._hot is not None:
@@ -741,7 +774,7 @@ class VmSandbox:
             self._out += data
             return
         try:
-            sent = sock.send(data)
+            sent = sock.send(data, _NOSIGNAL)
         except BlockingIOError:
             sent = 0
         except OSError:
@@ -756,7 +789,7 @@ class VmSandbox:
         if sock is None:
             return
         try:
-            sent = sock.send(self._out)
+            sent = sock.send(self._out, _NOSIGNAL)
         except BlockingIOError:
             return
         except OSError:
@@ -768,7 +801,9 @@ class VmSandbox:
 
     def _on_readable(self) -> None:
         sock = self._sock
-        if sock is None:
+        if sock is None or self._backlog is not None:
+            # Frames of an earlier read still wait for their turn (`_handle_slice`): nothing
+            # more is read until they are handled, so the decoder holds one read at most.
             return
         recv = _recv_buffer
         try:
@@ -805,6 +840,7 @@ class VmSandbox:
                 and self._job is job
                 and not job.awaiting_host
                 and share.busy == 1  # a host call that started another sandbox's job ends it
+                and self._backlog is None  # a read's frames left for the loop's next turns
             ):
                 try:
                     n = receive(recv.buf, min(now + window, end))
@@ -848,10 +884,35 @@ class VmSandbox:
             return
         try:
             self._decoder.receive_data(data)
-            while (msg := self._decoder.next_message()) is not NEED_DATA:
+        except ProtocolError as exc:
+            self._crash(_crashed(f"wire:{exc.details.get('reason')}"))
+            return
+        self._handle_slice()
+
+    def _handle_slice(self) -> None:
+        """Handle the frames read so far, at most `MAX_FRAMES_PER_TURN` of them in this turn
+        of the loop; the rest in the next turns, before anything more is read."""
+        self._backlog = None
+        if self._sock is None:
+            return
+        decoder = self._decoder
+        try:
+            for _ in range(MAX_FRAMES_PER_TURN):
+                msg = decoder.next_message()
+                if msg is NEED_DATA:
+                    break
                 self._handle(msg)
                 if self._sock is None:
                     return
+            else:
+                self._backlog = self._loop.call_soon(self._handle_slice)
+                return
+            if self._job is None and decoder.buffered and self._ready.done():
+                # An honest worker sends nothing between its answer and the next job. A
+                # frame begun while idle would be one more breach once whole (a log line, a
+                # reply, a host call), and until then the host would keep its bytes (up to
+                # DEFAULT_MAX_FRAME_BYTES a sandbox) with no budget running to end it.
+                raise _crashed("data-outside-call")
         except ProtocolError as exc:
             self._crash(_crashed(f"wire:{exc.details.get('reason')}"))
         except SuaveplanError as exc:
@@ -921,15 +982,18 @@ class VmSandbox:
             raise _crashed("hostcall-overlap")
         job.awaiting_host = True
         cap = msg.capability  # a name the gateway does not know is labelled `unknown` there
+        op = msg.operation
+        if (cap, op) in _NOT_ON_THE_VM_WIRE:
+            op = _UNKNOWN_OPERATION
         try:
             if cap == "events":
                 token = _event_depth.set(job.depth)
                 try:
-                    done, value = self._gateway.dispatch_eager(cap, msg.operation, msg.args)
+                    done, value = self._gateway.dispatch_eager(cap, op, msg.args)
                 finally:
                     _event_depth.reset(token)
             else:
-                done, value = self._gateway.dispatch_eager(cap, msg.operation, msg.args)
+                done, value = self._gateway.dispatch_eager(cap, op, msg.args)
         except Exception as exc:
             self._reply(msg, job, failure=self._host_failure(msg, job, exc))
             return
@@ -1012,8 +1076,11 @@ class VmSandbox:
             # same budget) and re-arms for it.
             if self._deadline is None:
                 self._deadline = self._loop.call_at(self._deadline_at, self._on_deadline)
-        if self._sampling and self._sampler is None:
+        if self._sampling and (self._sampler is None or self._sampler_idle):
+            if self._sampler is not None:  # the idle cadence: a job is sampled closer
+                self._sampler.cancel()
             self._sampler = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
+            self._sampler_idle = False
         self._write(job.frame)
         self._expect_answer()
 
@@ -1098,10 +1165,22 @@ class VmSandbox:
 
     def _on_sample(self) -> None:
         self._sampler = None
-        if self._job is None:
-            return
-        if self._sample():
+        if not self._sample():
+            return  # a budget broke: the worker is gone
+        if self._job is not None:
             self._sampler = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
+            self._sampler_idle = False
+        else:
+            self._sample_idle()
+
+    def _sample_idle(self) -> None:
+        """Keep sampling between jobs, at `IDLE_SAMPLE_INTERVAL_S`: an honest worker spends
+        nothing while it waits for a job, but one that escaped the interpreter can leave
+        threads spinning on every core, or fill memory, after it answered, where a sampler
+        running only during jobs never looked (and its CPU rlimit is a soft limit it can
+        raise). The next job brings the job cadence back (`_begin`)."""
+        self._sampler = self._loop.call_later(IDLE_SAMPLE_INTERVAL_S, self._on_sample)
+        self._sampler_idle = True
 
     def _sample(self) -> bool:
         """Feed the tracker one CPU/RSS sample; False if a budget broke (the worker is gone)."""
@@ -1497,6 +1576,8 @@ async def create_vm_sandbox(
             raise _crashed("duplicate-subscriptions")
         sb._subscriptions = list(ready.subscriptions)
         sb._move("ready")
+        if sb._sampling:
+            sb._sample_idle()
     except BaseException:
         if sb._sock is None:
             host_end.close()
