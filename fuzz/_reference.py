@@ -112,6 +112,8 @@ def reference_fetch(rules: list[str], url: str) -> FetchVerdict:
         parsed = ada_url.URL(url)
     except (UnicodeEncodeError, ValueError):
         return FetchVerdict(outcome="invalid-url")
+    if parsed.port == "0":  # explicit port 0 (`:0`, `:0000`): no destination, any scheme
+        return FetchVerdict(outcome="invalid-url")
     scheme = parsed.protocol[:-1]
     if scheme not in _DEFAULT_PORTS:
         return FetchVerdict(outcome="scheme-not-permitted")
