@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -167,3 +170,50 @@ async def test_a_guest_holds_at_most_max_sockets_and_the_adapter_is_not_asked_fo
             assert len(fetch.connects) == MAX_SOCKETS + 1  # no socket made past the limit
     finally:
         fetch.close()
+
+
+# A host whose SIGPIPE has its default action (as an embedded interpreter starts, and as many
+# programs restore it): a guest sending on a socket whose remote end closed must cost the host
+# an errno, never its life.
+_SIGPIPE_HOST = """
+import asyncio, json, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+from pathlib import Path
+from suaveplan_sandbox.adapters import Adapters
+from suaveplan_sandbox.permissions import PermissionPolicy
+from suaveplan_sandbox.testing import FakeFetch
+from suaveplan_sandbox.wasm import create_wasm_sandbox
+
+async def main() -> None:
+    root, module = Path(sys.argv[1]), Path(sys.argv[2])
+    policy = PermissionPolicy.from_manifest(
+        {"name": "guest", "permissions": {"fetch": ["api.stripe.com"]}}, root=root
+    )
+    fetch = FakeFetch()
+    async with await create_wasm_sandbox(
+        wasm_module_path=module, policy=policy, proxies=Adapters(fetch=fetch)
+    ) as sb:
+        results = [await sb.call("connect", 0, 14)]
+        fetch.peers[0].close()
+        for _ in range(3):
+            results.append(await sb.call("send"))
+    print(json.dumps(results))
+
+asyncio.run(main())
+"""
+
+
+def test_a_send_to_a_closed_remote_cannot_sigpipe_the_host(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGPIPE_HOST, str(root), str(wat(SOCKET_WAT))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    connected, *sends = json.loads(done.stdout)
+    assert connected == Errno.SUCCESS
+    assert sends[-1] != Errno.SUCCESS  # the guest learns of the broken connection

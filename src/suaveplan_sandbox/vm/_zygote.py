@@ -51,6 +51,7 @@ _BOOTSTRAP: Final = (
 
 
 _T = TypeVar("_T")
+_NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
 _SEND_FAILED: Final = "send"
 # Digests believed loaded in the zygote, a hint bounded like the zygote's own cache.
 _LOADED_HINTS: Final = 1024
@@ -219,7 +220,9 @@ class ForkServer:
             chan.users += 1
         try:
             try:
-                socket.send_fds(chan.ctl, [msgpack.packb(req, use_bin_type=True)], fds)
+                # MSG_NOSIGNAL: a fork server that died under a request costs an EPIPE,
+                # never a SIGPIPE, whose default action ends a host that restored it.
+                socket.send_fds(chan.ctl, [msgpack.packb(req, use_bin_type=True)], fds, _NOSIGNAL)
             except OSError as exc:
                 with self._lock:
                     self._end(chan, "eof", exc)

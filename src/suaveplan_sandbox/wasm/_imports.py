@@ -50,6 +50,7 @@ MAX_PORT: Final = 65535
 # wallClockMs deadline (then the call ends with BUDGET_EXCEEDED wallClockMs).
 _SOCK_TIMEOUT_S: Final = 30.0
 _I32 = wasmtime.ValType.i32()
+_NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
 # The integers a guest's JSON may hold: msgpack's, the VM wire's (int64 and uint64).
 MIN_JSON_INT: Final = -(2**63)
 MAX_JSON_INT: Final = 2**64 - 1
@@ -247,7 +248,9 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
             return Errno.FAULT
         sock.settimeout(sb._socket_timeout(_SOCK_TIMEOUT_S))
         try:
-            sent = sock.send(data)
+            # MSG_NOSIGNAL: a remote that closed costs an EPIPE (an errno for the guest),
+            # never a SIGPIPE, whose default action ends a host that restored it.
+            sent = sock.send(data, _NOSIGNAL)
         except TimeoutError:
             return sb._socket_timed_out()
         m.write_u32(sent_out, sent)
