@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from adapters._postgres_plugin import provisioned_plugin, refusal
 from suaveplan_sandbox.adapters import _postgres
 from suaveplan_sandbox.adapters._postgres import (
     PostgresDb,
@@ -16,26 +17,6 @@ from suaveplan_sandbox.adapters._postgres import (
     provision_postgres_plugin,
 )
 from suaveplan_sandbox.errors import SuaveplanError
-
-
-async def _plugin(admin: str, tmp_path: Path, plugin: str) -> str:
-    """A provisioned plugin (prefix `r_`) with `r_t (x int)` holding one row."""
-    conninfo = await provision_postgres_plugin(admin, plugin, "r_")
-    folder = tmp_path / plugin
-    folder.mkdir()
-    (folder / "001.sql").write_text("CREATE TABLE r_t (x int);")
-    await apply_postgres_migrations(admin, folder, plugin=plugin, prefix="r_")
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        await conn.execute("DELETE FROM r_t")  # a plugin name may come back (parametrize)
-        await conn.execute("INSERT INTO r_t VALUES (1)")
-    return conninfo
-
-
-async def _refused(db: PostgresDb, sql: str, params: list[Any]) -> SuaveplanError:
-    with pytest.raises(SuaveplanError) as info:
-        await db.query(sql, params)
-    return info.value
-
 
 # psycopg turns every `%s` of the text into `$n` before PostgreSQL parses it, inside string
 # literals too. Glued to `$q` that `$` finishes a dollar-quote delimiter the gate never saw:
@@ -58,10 +39,10 @@ _HIDDEN_IN_LITERAL = [
 async def test_a_placeholder_cannot_open_a_dollar_quote_the_gate_did_not_see(
     postgres_admin: str, tmp_path: Path, sql: str
 ) -> None:
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt_dollar")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt_dollar")
     db = PostgresDb(conninfo, plugin="rt_dollar", prefix="r_", statement_timeout=5)
     try:
-        error = await _refused(db, sql, [1, 2])
+        error = await refusal(db, sql, [1, 2])
         assert error.code == "SAND_DB_ERROR"
         assert error.details["reason"] == "placeholder-changes-statement"
         # Nothing ran: the session still has the adapter's statement_timeout.
@@ -84,7 +65,7 @@ async def test_a_placeholder_cannot_open_a_dollar_quote_the_gate_did_not_see(
 async def test_ordinary_placeholders_and_percent_signs_still_work(
     postgres_admin: str, tmp_path: Path, sql: str, params: list[Any], rows: tuple[Any, ...]
 ) -> None:
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt_plain")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt_plain")
     db = PostgresDb(conninfo, plugin="rt_plain", prefix="r_")
     try:
         assert (await db.query(sql, params)).rows == rows
@@ -125,10 +106,10 @@ async def test_a_percent_sign_psycopg_cannot_read_is_a_coded_refusal(
 ) -> None:
     # psycopg itself fails on `%` before a non-ASCII character with a UnicodeDecodeError,
     # which is no psycopg.Error and escaped the adapter untranslated.
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt_percent")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt_percent")
     db = PostgresDb(conninfo, plugin="rt_percent", prefix="r_")
     try:
-        error = await _refused(db, sql, [])
+        error = await refusal(db, sql, [])
         assert error.code == "SAND_DB_ERROR"
         assert error.details["reason"] == "placeholder-not-supported"
         assert (await db.query("SELECT x FROM r_t", [])).rows == ((1,),)
@@ -156,10 +137,10 @@ _LONG_PATTERN = "%" + "a" * 2000 + "b"
 async def test_a_long_pattern_parameter_is_refused_before_it_runs(
     postgres_admin: str, tmp_path: Path, sql: str, params: list[Any]
 ) -> None:
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt_pattern")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt_pattern")
     db = PostgresDb(conninfo, plugin="rt_pattern", prefix="r_")
     try:
-        error = await _refused(db, sql, params)
+        error = await refusal(db, sql, params)
         assert error.code == "SAND_DB_ERROR"
         assert error.details == {"reason": "pattern-too-long", "limit": 1000}
         ok = await db.query(sql, [params[0], "%a%"])
@@ -181,7 +162,7 @@ _BACKSLASH_QUOTE = (
 async def test_a_server_without_standard_conforming_strings_reads_literals_as_the_gate_does(
     postgres_admin: str, tmp_path: Path, scope: str
 ) -> None:
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt_scs")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt_scs")
     target = scope.format(role="suaveplan_rt_scs")
     async with await psycopg.AsyncConnection.connect(postgres_admin, autocommit=True) as admin:
         await admin.execute(f"ALTER {target} SET standard_conforming_strings = off")
@@ -260,7 +241,7 @@ async def test_a_runtime_write_is_sent_as_exactly_one_statement(
     postgres_admin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A statement the gate shaped as a write without rows (no RETURNING) ran on its own path.
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt_one_run")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt_one_run")
     db = PostgresDb(conninfo, plugin="rt_one_run", prefix="r_")
     monkeypatch.setattr(db, "_shape", lambda sql: (False, True))
     try:
@@ -279,7 +260,7 @@ async def test_a_role_with_another_client_encoding_still_gets_the_plugins_text_e
     # A role (or database) whose `client_encoding` cannot encode the plugin's text made
     # psycopg raise an untranslated UnicodeEncodeError (and would decode rows wrongly): the
     # session pins UTF8, the wire's own encoding.
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt_enc")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt_enc")
     async with await psycopg.AsyncConnection.connect(postgres_admin, autocommit=True) as admin:
         await admin.execute("ALTER ROLE suaveplan_rt_enc SET client_encoding = 'LATIN1'")
     db = PostgresDb(conninfo, plugin="rt_enc", prefix="r_")

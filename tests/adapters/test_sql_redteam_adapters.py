@@ -16,36 +16,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
+from adapters._postgres_plugin import provisioned_plugin, refusal
 from suaveplan_sandbox.adapters._postgres import (
     PostgresDb,
-    apply_postgres_migrations,
-    provision_postgres_plugin,
 )
 from suaveplan_sandbox.adapters._sqlite import SqliteDb
 from suaveplan_sandbox.errors import SuaveplanError
-
-
-async def _plugin(admin: str, tmp_path: Path, plugin: str) -> str:
-    """A provisioned plugin (prefix `r_`) with `r_t (x int)` holding one row."""
-    conninfo = await provision_postgres_plugin(admin, plugin, "r_")
-    folder = tmp_path / plugin
-    folder.mkdir()
-    (folder / "001.sql").write_text("CREATE TABLE r_t (x int);")
-    await apply_postgres_migrations(admin, folder, plugin=plugin, prefix="r_")
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        await conn.execute("DELETE FROM r_t")  # a plugin name may come back (parametrize)
-        await conn.execute("INSERT INTO r_t VALUES (1)")
-    return conninfo
-
-
-async def _refusal(db: PostgresDb | SqliteDb, sql: str, params: list[Any]) -> SuaveplanError:
-    with pytest.raises(SuaveplanError) as info:
-        await db.query(sql, params)
-    return info.value
-
 
 # Each hides `set_config('statement_timeout', '0', false)` (the session then runs without a
 # time limit for every later call) and a read of `pg_roles` from the gate. Before the fix,
@@ -64,10 +42,10 @@ _HIDDEN_FROM_THE_GATE = [
 async def test_code_the_gate_took_for_a_literal_or_comment_never_reaches_postgres(
     postgres_admin: str, tmp_path: Path, sql: str
 ) -> None:
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt2_hidden")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt2_hidden")
     db = PostgresDb(conninfo, plugin="rt2_hidden", prefix="r_", statement_timeout=5)
     try:
-        error = await _refusal(db, sql, [1, 2])
+        error = await refusal(db, sql, [1, 2])
         assert error.code == "SAND_PERM_DENIED"
         assert error.details == {"capability": "db", "reason": "statement-not-permitted"}
         # Nothing ran: the session keeps the adapter's statement timeout.
@@ -109,7 +87,7 @@ def _hiding_attempts() -> list[str]:
 async def test_whatever_the_postgres_gate_allows_runs_no_code_it_did_not_see(
     postgres_admin: str, tmp_path: Path
 ) -> None:
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt2_sweep")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt2_sweep")
     db = PostgresDb(conninfo, plugin="rt2_sweep", prefix="r_", statement_timeout=5)
     try:
         for sql in _hiding_attempts():
@@ -135,10 +113,10 @@ async def test_a_value_postgres_cannot_be_sent_is_a_coded_refusal(
     postgres_admin: str, tmp_path: Path, sql: str, params: list[Any]
 ) -> None:
     # psycopg raised UnicodeEncodeError, which is no psycopg.Error and escaped the adapter.
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt2_encode")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt2_encode")
     db = PostgresDb(conninfo, plugin="rt2_encode", prefix="r_")
     try:
-        error = await _refusal(db, sql, params)
+        error = await refusal(db, sql, params)
         assert error.code == "SAND_DB_ERROR"
         assert error.details == {"reason": "parameter-invalid"}
         assert error.__cause__ is None  # a UnicodeEncodeError holds the whole value
@@ -150,11 +128,11 @@ async def test_a_value_postgres_cannot_be_sent_is_a_coded_refusal(
 async def test_postgres_refuses_lpad_whose_one_call_outlasts_the_timeout(
     postgres_admin: str, tmp_path: Path
 ) -> None:
-    conninfo = await _plugin(postgres_admin, tmp_path, "rt2_pad")
+    conninfo = await provisioned_plugin(postgres_admin, tmp_path, "rt2_pad")
     db = PostgresDb(conninfo, plugin="rt2_pad", prefix="r_", statement_timeout=1)
     try:
         for sql in ("SELECT length(lpad('x', 268000000))", "SELECT rpad('', %s) FROM r_t"):
-            error = await _refusal(db, sql, [] if "%s" not in sql else [268000000])
+            error = await refusal(db, sql, [] if "%s" not in sql else [268000000])
             assert error.code == "SAND_PERM_DENIED"
     finally:
         await db.aclose()
@@ -289,7 +267,7 @@ async def test_statements_cheap_to_parse_and_costly_to_run_are_bounded(
         if expected is None:
             assert (await db.query(sql, [])).rows == ((None,),)
         else:
-            error = await _refusal(db, sql, [])
+            error = await refusal(db, sql, [])
             assert error.details.get("reason") == expected
         assert (await db.query("SELECT a FROM app_t", [])).rows == ((1,),)
     finally:
@@ -303,7 +281,7 @@ async def test_text_sqlite_cannot_be_given_is_a_coded_refusal(tmp_path: Path) ->
             ("SELECT '\ud800' FROM app_t", []),
             ("SELECT ? FROM app_t", ["\ud800"]),
         ):
-            error = await _refusal(db, sql, params)
+            error = await refusal(db, sql, params)
             assert error.code == "SAND_DB_ERROR"
             assert error.details == {"reason": "parameter-invalid"}
     finally:
