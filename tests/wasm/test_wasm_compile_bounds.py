@@ -19,47 +19,35 @@ from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.wasm import CompileLimits, _engine, create_wasm_sandbox
 from suaveplan_sandbox.wasm import _compile_bounds as bounds
 from suaveplan_sandbox.wasm._instrument import NotInstrumented, Skip, instrument
-
-
-def _leb(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, value = value & 0x7F, value >> 7
-        out.append(b | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _sec(sid: int, payload: bytes) -> bytes:
-    return bytes([sid]) + _leb(len(payload)) + payload
+from wasm._module_bytes import leb, section
 
 
 def _vec(items: list[bytes]) -> bytes:
-    return _leb(len(items)) + b"".join(items)
+    return leb(len(items)) + b"".join(items)
 
 
 MAGIC = b"\0asm\x01\0\0\0"
-TYPE0 = _sec(1, _vec([b"\x60\x00\x00"]))  # (func)
-MEMORY = _sec(5, b"\x01\x00\x01")
+TYPE0 = section(1, _vec([b"\x60\x00\x00"]))  # (func)
+MEMORY = section(5, b"\x01\x00\x01")
 
 
 def _module(bodies: list[bytes], *, between: bytes = b"") -> bytes:
-    funcs = _sec(3, _leb(len(bodies)) + b"\x00" * len(bodies))
-    code = _sec(10, _vec([_leb(len(b)) + b for b in bodies]))
+    funcs = section(3, leb(len(bodies)) + b"\x00" * len(bodies))
+    code = section(10, _vec([leb(len(b)) + b for b in bodies]))
     return MAGIC + TYPE0 + funcs + MEMORY + between + code
 
 
 def _locals(n: int) -> bytes:
-    return b"\x01" + _leb(n) + b"\x7f" if n else b"\x00"
+    return b"\x01" + leb(n) + b"\x7f" if n else b"\x00"
 
 
 def _live_locals_across_blocks(n: int) -> bytes:
     """n locals set, n sequential `if`s, then every local read: quadratic for Cranelift
     (n = 20,000, a 0.3 MB module, made it ask for 26 GB and abort the process)."""
     body = _locals(n)
-    body += b"".join(b"\x41\x00\x21" + _leb(i) for i in range(n))
+    body += b"".join(b"\x41\x00\x21" + leb(i) for i in range(n))
     body += b"\x41\x00\x04\x40\x0b" * n
-    body += b"\x20\x00" + b"".join(b"\x20" + _leb(i) + b"\x6a" for i in range(1, n))
+    body += b"\x20\x00" + b"".join(b"\x20" + leb(i) + b"\x6a" for i in range(1, n))
     return _module([body + b"\x1a\x0b"])
 
 
@@ -75,24 +63,24 @@ CASES = {
     ),
     "function-too-costly": lambda: _live_locals_across_blocks(3000),
     "too-many-sections": lambda: MAGIC + b"\x00\x01\x00" * (bounds.MAX_SECTIONS + 1),
-    "too-many-types": lambda: MAGIC + _sec(1, _vec([b"\x60\x00\x00"] * (bounds.MAX_TYPES + 1))),
+    "too-many-types": lambda: MAGIC + section(1, _vec([b"\x60\x00\x00"] * (bounds.MAX_TYPES + 1))),
     "too-many-imports": lambda: (
         MAGIC
         + TYPE0
-        + _sec(
+        + section(
             2,
             _vec(
-                [b"\x01a" + _leb(len(s)) + s + b"\x00\x00" for s in _names(bounds.MAX_IMPORTS + 1)]
+                [b"\x01a" + leb(len(s)) + s + b"\x00\x00" for s in _names(bounds.MAX_IMPORTS + 1)]
             ),
         )
     ),
     "too-many-exports": lambda: (
         MAGIC
-        + _sec(6, _vec([b"\x7f\x00\x41\x00\x0b"]))
-        + _sec(7, _vec([_leb(len(s)) + s + b"\x03\x00" for s in _names(bounds.MAX_EXPORTS + 1)]))
+        + section(6, _vec([b"\x7f\x00\x41\x00\x0b"]))
+        + section(7, _vec([leb(len(s)) + s + b"\x03\x00" for s in _names(bounds.MAX_EXPORTS + 1)]))
     ),
     "too-many-globals": lambda: (
-        MAGIC + _sec(6, _vec([b"\x7f\x00\x41\x00\x0b"] * (bounds.MAX_GLOBALS + 1)))
+        MAGIC + section(6, _vec([b"\x7f\x00\x41\x00\x0b"] * (bounds.MAX_GLOBALS + 1)))
     ),
 }
 

@@ -46,35 +46,16 @@ from suaveplan_sandbox.wasm._compile_wire import (
     parse_reply,
 )
 from suaveplan_sandbox.wasm._engine_config import SETTINGS_TAG
+from wasm._module_bytes import STAND_IN_CHILD_PRELUDE, answer, leb, salted, section
 
 MIB = 1024 * 1024
-ANSWER_WAT = '(module (func (export "answer") (result i32) (i32.const {n})))'
-
-
-def _leb(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, value = value & 0x7F, value >> 7
-        out.append(b | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _sec(sid: int, payload: bytes) -> bytes:
-    return bytes([sid]) + _leb(len(payload)) + payload
-
-
-def _salted(wasm: bytes, pad: int = 0) -> bytes:
-    """`wasm` plus a custom section no other test has: bytes the module cache has not seen."""
-    name = uuid.uuid4().hex.encode()
-    return wasm + _sec(0, _leb(len(name)) + name + b"\0" * pad)
 
 
 def _module(bodies: list[bytes]) -> bytes:
-    types = _sec(1, _leb(1) + b"\x60\x00\x00")  # (func)
-    funcs = _sec(3, _leb(len(bodies)) + b"\x00" * len(bodies))
-    code = _sec(10, _leb(len(bodies)) + b"".join(_leb(len(b)) + b for b in bodies))
-    return _salted(b"\0asm\x01\0\0\0" + types + funcs + code)
+    types = section(1, leb(1) + b"\x60\x00\x00")  # (func)
+    funcs = section(3, leb(len(bodies)) + b"\x00" * len(bodies))
+    code = section(10, leb(len(bodies)) + b"".join(leb(len(b)) + b for b in bodies))
+    return salted(b"\0asm\x01\0\0\0" + types + funcs + code)
 
 
 def _deep_nesting(n: int) -> bytes:
@@ -95,10 +76,6 @@ def _slow_to_compile() -> bytes:
     return _module([b"\x00\x0b"] * SLOW_FUNCTIONS)
 
 
-def _answer(n: int, pad: int = 0) -> bytes:
-    return _salted(bytes(wasmtime.wat2wasm(ANSWER_WAT.format(n=n))), pad)
-
-
 def _policy(root: Path) -> PermissionPolicy:
     return PermissionPolicy.from_manifest({"name": "guest", "permissions": {}}, root=root)
 
@@ -110,7 +87,7 @@ def _write(tmp_path: Path, wasm: bytes) -> Path:
 
 
 async def _answers(root: Path, tmp_path: Path, n: int, **options: object) -> int:
-    path = _write(tmp_path, _answer(n))
+    path = _write(tmp_path, answer(n))
     async with await create_wasm_sandbox(
         wasm_module_path=path,
         policy=_policy(root),
@@ -199,24 +176,24 @@ def test_the_host_process_never_compiles_a_guest_module(
         raise AssertionError("compiled in the host process")
 
     monkeypatch.setattr(wasmtime.Module, "__init__", refuse)
-    module = _engine.load_module(_answer(9))
+    module = _engine.load_module(answer(9))
     store = wasmtime.Store(_engine.engine())
     store.set_epoch_deadline(1 << 30)
-    answer = wasmtime.Instance(store, module, []).exports(store)["answer"]
-    assert isinstance(answer, wasmtime.Func) and answer(store) == 9
+    export = wasmtime.Instance(store, module, []).exports(store)["answer"]
+    assert isinstance(export, wasmtime.Func) and export(store) == 9
 
 
 async def test_concurrent_compiles_each_get_their_own_module(root: Path, tmp_path: Path) -> None:
     # Large enough (1 MiB each) that every request takes many writes: interleaved frames
     # would be malformed or answer the wrong module.
-    paths = [_write(tmp_path, _answer(n, pad=MIB)) for n in range(6)]
+    paths = [_write(tmp_path, answer(n, pad=MIB)) for n in range(6)]
     before = _engine.compile_count()
 
-    async def answer(path: Path) -> object:
+    async def answer_of(path: Path) -> object:
         async with await create_wasm_sandbox(wasm_module_path=path, policy=_policy(root)) as sb:
             return await sb.call("answer")
 
-    assert await asyncio.gather(*(answer(p) for p in paths)) == list(range(6))
+    assert await asyncio.gather(*(answer_of(p) for p in paths)) == list(range(6))
     assert _engine.compile_count() - before == 6
 
 
@@ -299,25 +276,16 @@ def test_a_forged_ready_is_refused(payload: bytes, why: str) -> None:
 
 
 # A stand-in child: says READY (as told), reads one request, then sends REPLY.
-_FORGED = r"""
-import hashlib, socket, struct, sys
-sock = socket.socket(fileno=int(sys.argv[1]))
-ready = READY_PAYLOAD
-sock.sendall(struct.pack(">BI", ord("H"), len(ready)) + ready)
-def exact(n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            sys.exit(0)
-        buf += chunk
-    return buf
+_FORGED = (
+    STAND_IN_CHILD_PRELUDE
+    + r"""
 kind, length = struct.unpack(">BI", exact(5))
 source = exact(length)[12:]
 digest = hashlib.sha256(source).digest()
 sock.sendall(REPLY)
 sock.recv(1)
 """
+)
 
 
 def _forged(reply: str, *, settings: str = SETTINGS_TAG) -> CompileServer:
@@ -358,7 +326,7 @@ def test_an_artefact_that_does_not_load_is_refused(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_engine, "compile_server", lambda: server)
     try:
         with pytest.raises(SuaveplanError) as info:
-            _engine.load_module(_answer(10))
+            _engine.load_module(answer(10))
         assert info.value.details == {
             "stage": "compile",
             "reason": "compile-reply-malformed",
@@ -398,7 +366,7 @@ def test_valid_bytes_wasmtime_would_not_compile_are_a_compile_failure(
     monkeypatch.setattr(_engine, "compile_server", lambda: server)
     try:
         with pytest.raises(SuaveplanError) as info:
-            _engine.load_module(_answer(14))
+            _engine.load_module(answer(14))
         assert info.value.details == {"stage": "compile", "reason": "compile-failed"}
         assert isinstance(info.value.__cause__, wasmtime.WasmtimeError)
         assert str(info.value.__cause__) == "oops"
@@ -502,7 +470,7 @@ async def test_create_refuses_compile_limits_of_another_type(root: Path, bad: ob
 async def test_raised_bounds_admit_a_module_the_defaults_refuse_and_the_cache_keeps_them(
     root: Path, tmp_path: Path
 ) -> None:
-    wasm = _module([b"\x01" + _leb(bounds.MAX_FUNCTION_LOCALS + 1) + b"\x7f\x0b"])
+    wasm = _module([b"\x01" + leb(bounds.MAX_FUNCTION_LOCALS + 1) + b"\x7f\x0b"])
     path = _write(tmp_path, wasm)
     with pytest.raises(SuaveplanError) as info:
         await create_wasm_sandbox(wasm_module_path=path, policy=_policy(root))
@@ -532,7 +500,7 @@ async def test_raised_bounds_admit_a_module_the_defaults_refuse_and_the_cache_ke
 async def test_lowered_bounds_refuse_a_module_the_defaults_admitted_from_either_cache(
     root: Path, tmp_path: Path
 ) -> None:
-    wasm = _answer(11)
+    wasm = answer(11)
     path = _write(tmp_path, wasm)
     cache = tmp_path / "cache"
     async with await create_wasm_sandbox(
@@ -557,7 +525,7 @@ async def test_lowered_bounds_refuse_a_module_the_defaults_admitted_from_either_
 
 async def test_a_cache_hit_never_touches_the_compile_child(root: Path, tmp_path: Path) -> None:
     server = compile_server()
-    wasm = _answer(12)
+    wasm = answer(12)
     path = _write(tmp_path, wasm)
     cache = tmp_path / "cache"
     async with await create_wasm_sandbox(

@@ -23,6 +23,8 @@ from typing import Final
 import pytest
 import wasmtime
 
+from wasm._module_bytes import leb, section
+
 # A function of one i32 local: local.get 0, then (i32.const 1, i32.add) repeated, local.set 0.
 # Cranelift folds the chain to a constant: ~0.3 s of one core and ~0.1 GB per 200 KB body, a
 # 14 KB artefact. 120 of them (24 MB) are within every header bound (256 KiB per body, 64 MiB
@@ -60,27 +62,14 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
-def _leb(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, value = value & 0x7F, value >> 7
-        out.append(b | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _sec(sid: int, payload: bytes) -> bytes:
-    return bytes([sid]) + _leb(len(payload)) + payload
-
-
 def _slow_to_compile() -> bytes:
     body = b"\x01\x01\x7f" + b"\x20\x00" + b"\x41\x01\x6a" * _ADDS_PER_BODY + b"\x21\x00\x0b"
     bodies = [body] * _SLOW_FUNCTIONS
-    types = _sec(1, _leb(1) + b"\x60\x00\x00")
-    funcs = _sec(3, _leb(len(bodies)) + b"\x00" * len(bodies))
-    code = _sec(10, _leb(len(bodies)) + b"".join(_leb(len(b)) + b for b in bodies))
+    types = section(1, leb(1) + b"\x60\x00\x00")
+    funcs = section(3, leb(len(bodies)) + b"\x00" * len(bodies))
+    code = section(10, leb(len(bodies)) + b"".join(leb(len(b)) + b for b in bodies))
     name = uuid.uuid4().hex.encode()  # bytes no cache has seen
-    return b"\0asm\x01\0\0\0" + types + funcs + code + _sec(0, _leb(len(name)) + name)
+    return b"\0asm\x01\0\0\0" + types + funcs + code + section(0, leb(len(name)) + name)
 
 
 def _small() -> bytes:

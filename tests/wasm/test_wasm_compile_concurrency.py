@@ -20,35 +20,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import pytest
-import wasmtime
 
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.wasm import _engine, create_wasm_sandbox
 from suaveplan_sandbox.wasm._compile_child import compile_server
+from wasm._module_bytes import answer
 
 if TYPE_CHECKING:
     from suaveplan_sandbox.wasm._compile_child import CompilePool
 
-ANSWER_WAT = '(module (func (export "answer") (result i32) (i32.const {n})))'
 # A liveness guard: far longer than any create here takes when nothing holds it up.
 _GUARD_S: Final = 60.0
-
-
-def _leb(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, value = value & 0x7F, value >> 7
-        out.append(b | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _answer(n: int) -> bytes:
-    """A module answering `n`, salted with a custom section no other test has."""
-    name = uuid.uuid4().hex.encode()
-    payload = _leb(len(name)) + name
-    wasm = bytes(wasmtime.wat2wasm(ANSWER_WAT.format(n=n)))
-    return wasm + b"\x00" + _leb(len(payload)) + payload
 
 
 def _policy(root: Path) -> PermissionPolicy:
@@ -87,7 +69,7 @@ class _Held:
         self.pid: int | None = None
 
     def stop(self) -> int:
-        self.pool.compile(_answer(0), memory_bytes=64 * 1024 * 1024, cpu_seconds=5)  # warm
+        self.pool.compile(answer(0), memory_bytes=64 * 1024 * 1024, cpu_seconds=5)  # warm
         pid = self.pid = self.pool.pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
@@ -114,20 +96,20 @@ async def test_a_cached_module_and_another_new_module_do_not_wait_for_a_held_com
     root: Path, tmp_path: Path, held: _Held
 ) -> None:
     pool = held.pool
-    in_memory, on_disk = _write(tmp_path, _answer(2)), _write(tmp_path, _answer(3))
+    in_memory, on_disk = _write(tmp_path, answer(2)), _write(tmp_path, answer(3))
     cache = tmp_path / "cache"
     assert await _answers(root, in_memory) == 2
     assert await _answers(root, on_disk, cache_dir=cache) == 3
     _engine._modules.pop(hashlib.sha256(on_disk.read_bytes()).hexdigest())  # disk only now
     stopped = held.stop()
     requests = pool.requests
-    held_create = asyncio.create_task(_answers(root, _write(tmp_path, _answer(1))))
+    held_create = asyncio.create_task(_answers(root, _write(tmp_path, answer(1))))
     await _until(lambda: pool.busy_pid == stopped, "the first compile reached the held child")
     # While that compile cannot finish: a module cached in memory, one cached on disk, and a
     # new module compiled by another child.
     assert await _answers(root, in_memory) == 2
     assert await _answers(root, on_disk, cache_dir=cache) == 3
-    assert await _answers(root, _write(tmp_path, _answer(4))) == 4
+    assert await _answers(root, _write(tmp_path, answer(4))) == 4
     assert not held_create.done()
     assert pool.requests == requests + 2
     held.release()
@@ -138,7 +120,7 @@ async def test_creates_of_the_same_new_module_share_one_compile(
     root: Path, tmp_path: Path, held: _Held
 ) -> None:
     pool, stopped = held.pool, held.stop()
-    wasm = _answer(5)
+    wasm = answer(5)
     digest = hashlib.sha256(wasm).hexdigest()
     before, requests = _engine.compile_count(), pool.requests
     first = asyncio.create_task(asyncio.to_thread(_engine.load_module, wasm))

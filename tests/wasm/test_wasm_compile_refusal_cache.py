@@ -25,30 +25,21 @@ from suaveplan_sandbox.wasm import CompileLimits, _engine, create_wasm_sandbox
 from suaveplan_sandbox.wasm import _compile_bounds as bounds
 from suaveplan_sandbox.wasm._compile_child import CompileServer
 from suaveplan_sandbox.wasm._engine_config import SETTINGS_TAG
+from wasm._module_bytes import STAND_IN_CHILD_PRELUDE, answer
 
 MIB = 1024 * 1024
-ANSWER_WAT = '(module (func (export "answer") (result i32) (i32.const {n})))'
 
 # A stand-in child answering every request with FAILED ("oops"): valid bytes wasmtime would
 # not compile, as wasmtime's own limits might refuse them.
-_FAILS_EVERY_COMPILE = r"""
-import socket, struct, sys
-sock = socket.socket(fileno=int(sys.argv[1]))
-ready = READY_PAYLOAD
-sock.sendall(struct.pack(">BI", ord("H"), len(ready)) + ready)
-def exact(n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            sys.exit(0)
-        buf += chunk
-    return buf
+_FAILS_EVERY_COMPILE = (
+    STAND_IN_CHILD_PRELUDE
+    + r"""
 while True:
     kind, length = struct.unpack(">BI", exact(5))
     exact(length)
     REPLY
 """
+)
 _FAILED = 'sock.sendall(struct.pack(">BI", ord("F"), 4) + b"oops")'
 _DIES = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
 
@@ -65,26 +56,6 @@ def failing_child(monkeypatch: pytest.MonkeyPatch) -> Iterator[CompileServer]:
     monkeypatch.setattr(_engine, "compile_server", lambda: server)
     yield server
     server.close()
-
-
-def _leb(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, value = value & 0x7F, value >> 7
-        out.append(b | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _salted(wasm: bytes) -> bytes:
-    """`wasm` plus a custom section no other test has: bytes no cache has seen."""
-    name = uuid.uuid4().hex.encode()
-    payload = _leb(len(name)) + name
-    return wasm + b"\x00" + _leb(len(payload)) + payload
-
-
-def _answer(n: int) -> bytes:
-    return _salted(bytes(wasmtime.wat2wasm(ANSWER_WAT.format(n=n))))
 
 
 def _refusal(wasm: bytes, limits: CompileLimits = bounds.DEFAULT_COMPILE_LIMITS) -> SuaveplanError:
@@ -115,7 +86,7 @@ class _Counting:
 def test_a_compile_failure_is_answered_again_without_asking_the_child(
     failing_child: CompileServer,
 ) -> None:
-    wasm = _answer(1)
+    wasm = answer(1)
     first = _refusal(wasm)
     assert first.details == {"stage": "compile", "reason": "compile-failed"}
     assert failing_child.requests == 1
@@ -130,7 +101,7 @@ def test_a_compile_failure_is_answered_again_without_asking_the_child(
 def test_a_cached_compile_failure_holds_only_for_the_limits_it_was_refused_under(
     failing_child: CompileServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    wasm = _answer(2)
+    wasm = answer(2)
     _refusal(wasm)
     assert failing_child.requests == 1
     # More memory or CPU might compile it: the child is asked again.
@@ -156,7 +127,7 @@ def test_a_child_that_died_compiling_is_asked_again_next_time(
     server = _server(_DIES)
     monkeypatch.setattr(_engine, "compile_server", lambda: server)
     try:
-        wasm = _answer(3)
+        wasm = answer(3)
         for _ in range(2):
             assert _refusal(wasm).details == {
                 "stage": "compile",
@@ -194,7 +165,7 @@ async def test_invalid_bytes_are_refused_again_without_validating_them_again(
 def test_a_bounds_refusal_is_reused_under_the_same_bounds_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    wasm = _answer(4)
+    wasm = answer(4)
     low = CompileLimits(max_functions=0)
     walks = _Counting(monkeypatch, _engine, "check_compile_bounds")
     first = _refusal(wasm, low)
