@@ -33,7 +33,6 @@ from test_hostile_worker_frames import (
     _assert_killed,
     _escaped,
     _next_id,
-    _unchecked,
     frame,
 )
 from test_hostile_worker_frames import other as other_fixture
@@ -564,15 +563,14 @@ async def test_a_forged_fetch_connect_opens_no_connection(
     # socket, and leave the open connection to the garbage collector.
     fetch = FakeFetch()
     metrics = InMemoryMetrics()
-    (tmp_path / "raw.py").write_text(COMPROMISED)
-    with monkeypatch.context() as patch:
-        patch.setattr(vm_sandbox_module, "load_plugin", _unchecked)
-        sb = await create_vm_sandbox(
-            plugin_module_path=tmp_path / "raw.py",
-            policy=_policy(tmp_path, {"fetch": ["api.example.com"]}),
-            proxies=Adapters(fetch=fetch),
-            metrics=metrics,
-        )
+    sb = await _escaped(
+        tmp_path,
+        monkeypatch,
+        COMPROMISED,
+        policy=_policy(tmp_path, {"fetch": ["api.example.com"]}),
+        proxies=Adapters(fetch=fetch),
+        metrics=metrics,
+    )
     async with sb:
         connect = ["hostcall", 1, "fetch", "connect", {"host": "api.example.com", "port": 443}]
         codes = await asyncio.wait_for(sb.call("hostcalls", frame(connect), 1), HANG)
@@ -662,17 +660,16 @@ async def test_subscriptions_forged_at_runtime_are_denied_and_never_reach_the_bu
     # it sends, so the bus gains nothing and the denial series stay fixed.
     bus = InMemoryEvents()
     metrics = InMemoryMetrics()
-    (tmp_path / "raw.py").write_text(COMPROMISED)
-    with monkeypatch.context() as patch:
-        patch.setattr(vm_sandbox_module, "load_plugin", _unchecked)
-        sb = await create_vm_sandbox(
-            plugin_module_path=tmp_path / "raw.py",
-            policy=PermissionPolicy.from_manifest(
-                {"name": "raw", "events": {"subscribes": ["*"]}}, root=tmp_path
-            ),
-            proxies=Adapters(events=bus),
-            metrics=metrics,
-        )
+    sb = await _escaped(
+        tmp_path,
+        monkeypatch,
+        COMPROMISED,
+        policy=PermissionPolicy.from_manifest(
+            {"name": "raw", "events": {"subscribes": ["*"]}}, root=tmp_path
+        ),
+        proxies=Adapters(events=bus),
+        metrics=metrics,
+    )
     async with sb:
         frames = b"".join(
             frame(["hostcall", i + 1, "events", "subscribe", {"topic": f"t{i}"}])

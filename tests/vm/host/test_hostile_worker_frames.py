@@ -121,19 +121,26 @@ async def _escaped(
     source: str,
     budgets: dict[str, int] | None = None,
     fs: object = None,
+    *,
+    policy: PermissionPolicy | None = None,
+    proxies: Adapters | None = None,
     **options: Any,
 ) -> VmSandbox:
+    """A sandbox running `source` with no interpreter layer (an escaped plugin). By default
+    its policy grants `./data/*` reads and `budgets`, and its fs adapter is `fs` (a
+    `StalledFs` unless given); `policy=` and `proxies=` replace them."""
     (tmp / "raw.py").write_text(source)
-    policy = PermissionPolicy.from_manifest(
-        {"name": "raw", "permissions": {"fs": ["./data/*"], "budgets": budgets or {}}}, root=tmp
-    )
+    if policy is None:
+        policy = PermissionPolicy.from_manifest(
+            {"name": "raw", "permissions": {"fs": ["./data/*"], "budgets": budgets or {}}},
+            root=tmp,
+        )
+    if proxies is None:
+        proxies = Adapters(fs=fs or StalledFs())  # type: ignore[arg-type]
     with monkeypatch.context() as patch:
         patch.setattr(vm_sandbox_module, "load_plugin", _unchecked)
         return await create_vm_sandbox(
-            plugin_module_path=tmp / "raw.py",
-            policy=policy,
-            proxies=Adapters(fs=fs or StalledFs()),  # type: ignore[arg-type]
-            **options,
+            plugin_module_path=tmp / "raw.py", policy=policy, proxies=proxies, **options
         )
 
 
