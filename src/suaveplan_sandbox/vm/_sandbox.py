@@ -19,8 +19,12 @@ fires every `SAMPLE_INTERVAL_S` while a job is in flight (plus a sample at a job
 one is due, so calls shorter than the interval cannot hide CPU) and every
 `IDLE_SAMPLE_INTERVAL_S` between jobs (a worker that escaped the interpreter can spend both
 after it answered). Neither is created or cancelled per call; the sampler changes cadence
-when a job begins after an idle sample was armed. Writes are non-blocking with a bounded
-buffer: a worker that stops reading cannot stall the host's loop, and never raise SIGPIPE.
+when a job begins after an idle sample was armed. Every sandbox, with budgets or without,
+has the idle cadence: its samples are also the idle watchdog (`_watch_idle`), which ends a
+worker spending CPU while no job is in flight (`cpu-while-idle`); without a CPU or RSS
+budget the sampler keeps that cadence through jobs too, so calls never touch it. Writes are
+non-blocking with a bounded buffer: a worker that stops reading cannot stall the host's loop,
+and never raise SIGPIPE.
 Reads go into one receive buffer per thread. A worker sends nothing between its answer and
 the next job: a byte that arrives then ends it (`data-outside-call`).
 
@@ -157,9 +161,21 @@ INTERPRETER_SLACK_BYTES: Final = 512 * 1024 * 1024
 SAMPLE_INTERVAL_S: Final = 0.02
 # Between jobs the sampler looks less often: what it guards against there is a worker that
 # escaped the interpreter spending CPU or memory once it has answered (`_sample_idle`). One
-# /proc read a second per idle sandbox with a CPU or RSS budget; a breach is seen within
-# about two intervals (the cpuPercent window is 1 s).
+# /proc read a second per idle sandbox (every sandbox: the idle watchdog, `_watch_idle`,
+# runs with or without budgets); a breach is seen within about two intervals (the
+# cpuPercent window is 1 s).
 IDLE_SAMPLE_INTERVAL_S: Final = 1.0
+# CPU seconds a worker may spend over one idle stretch, counted from the stretch's first idle
+# sample (`_watch_idle`); more ends it (`cpu-while-idle`). An honest worker spends nothing
+# there: it is single-threaded and blocked in `recv` once its busy poll (at most
+# `busy_poll_us`, 200 us by default, 10 ms at the maximum) has ended, and that poll follows
+# the answer, before the stretch's first sample in all but a race. Measured: 0.00 s over
+# idle stretches of seconds after hundreds of polling calls
+# (`tests/vm/host/test_idle_cpu_watchdog.py`). /proc reports CPU in 10 ms clock ticks, so a
+# reading can be one tick off: 0.1 s is ten ticks and ten maximal busy-poll windows (500 of
+# the default), and still lets a worker spinning threads on every core only a tenth of a
+# core-second per stretch.
+IDLE_CPU_LIMIT_S: Final = 0.1
 # The loop may run a timer up to its clock resolution early; a deadline timer firing within
 # this much of the job's deadline is that job's (the deadline sits 1 ms past the budget).
 _EARLY_S: Final = 1e-4
@@ -459,23 +475,28 @@ def _interrupted(exc: BaseException) -> Exception:
     return RuntimeError(f"the adapter raised {type(exc).__name__}")
 
 
-def _sampling_unavailable(exc: psutil.Error) -> SuaveplanError:
-    """A CPU/RSS budget whose worker cannot be sampled is not enforced: fail closed."""
+def _sampling_unavailable(exc: psutil.Error, *, budgets: bool = True) -> SuaveplanError:
+    """A worker whose CPU time and RSS cannot be read is not watched: its CPU/RSS budget
+    (`budget-sampling`), or without one the idle watchdog (`idle-watchdog`), would go
+    unenforced. Fail closed."""
+    if budgets:
+        layer, what = "budget-sampling", "its cpuPercent/memoryMb budget"
+    else:
+        layer, what = "idle-watchdog", "its CPU while idle"
     return SuaveplanError(
         "SAND_VM_HARDENING_UNAVAILABLE",
-        "the worker's CPU time and RSS cannot be read, so its cpuPercent/memoryMb budget"
-        " cannot be enforced",
-        {"layer": "budget-sampling", "why": type(exc).__name__},
+        f"the worker's CPU time and RSS cannot be read, so {what} cannot be enforced",
+        {"layer": layer, "why": type(exc).__name__},
     )
 
 
-def _sampled_process(pid: int) -> psutil.Process:
+def _sampled_process(pid: int, *, budgets: bool) -> psutil.Process:
     try:
         return psutil.Process(pid)
     except psutil.NoSuchProcess:
         raise _crashed("exited-during-create") from None
     except psutil.Error as exc:
-        raise _sampling_unavailable(exc) from None
+        raise _sampling_unavailable(exc, budgets=budgets) from None
 
 
 def _never_polled(buf: bytearray, deadline: float) -> int:
@@ -554,6 +575,13 @@ class VmSandbox:
         self._sampler: asyncio.TimerHandle | None = None
         self._sampler_idle = False  # `_sampler` runs at the idle cadence (`_sample_idle`)
         self._proc: psutil.Process | None = None
+        # The idle watchdog (`_watch_idle`): the worker's CPU seconds at the first idle sample
+        # of the current idle stretch (None: no stretch begun), the job count then, the CPU
+        # the last budget sample read, and how many idle samples the watchdog has judged.
+        self._idle_cpu: float | None = None
+        self._idle_mark = 0
+        self._cpu_s = 0.0
+        self.idle_checks = 0
         self._subscriptions: list[str] = []
         self._owned: StandardAdapters | None = None
         self._poll = AdaptivePoll(0.0)
@@ -1165,20 +1193,75 @@ class VmSandbox:
 
     def _on_sample(self) -> None:
         self._sampler = None
-        if not self._sample():
+        if self._sampling and not self._sample():
             return  # a budget broke: the worker is gone
         if self._job is not None:
-            self._sampler = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
-            self._sampler_idle = False
-        else:
+            self._idle_cpu = None  # a job in flight ends the idle stretch
+            if self._sampling:
+                self._sampler = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
+                self._sampler_idle = False
+            else:  # without budgets nothing is sampled during a job: stay at idle cadence
+                self._sample_idle()
+        elif self._watch_idle():
             self._sample_idle()
+
+    def _watch_idle(self) -> bool:
+        """Judge an idle sample; False if it ended the worker (`cpu-while-idle`).
+
+        The budgets say nothing about a worker that escaped the interpreter, answered, and
+        left threads spinning: without `cpuPercent` nothing else bounds them (the per-call
+        RLIMIT_CPU is a soft limit it can raise, with SIGXCPU ignored), for the sandbox's
+        life. An honest worker spends nothing between jobs (see `IDLE_CPU_LIMIT_S`), so any
+        sandbox's worker that spends more than `IDLE_CPU_LIMIT_S` of CPU over one idle
+        stretch is killed. A stretch starts at an idle sample and lasts while no job begins
+        (the job count, `_next_id`, is unchanged) and none is in flight at a sample; its CPU
+        is counted from that first sample, so a worker cannot stay under the limit by
+        spending a little each interval, and the work of a job that ended between two
+        samples (with its busy poll) falls before the stretch's first sample, never in it.
+        No per-call cost: jobs only bump the count they already keep. One /proc read an
+        interval, shared with the budget sample when there is one (which runs first: a
+        cpuPercent breach keeps its own code). The kill is coded like the other ways a
+        worker breaks its side of the protocol, `SAND_VM_WORKER_CRASHED` with `why`
+        `cpu-while-idle`, counted in `plugin.worker_crashed_total{cause}`: it is no budget
+        the manifest set, so neither `BUDGET_EXCEEDED` nor its metric."""
+        if self._sampling:
+            cpu = self._cpu_s  # `_sample` read it just now
+        else:
+            proc = self._proc
+            if proc is None:
+                return True
+            try:
+                times = proc.cpu_times()
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                return True  # the worker is gone: its socket's EOF ends the sandbox
+            except psutil.Error as exc:  # still there but unreadable: nothing is watched
+                self._crash(_sampling_unavailable(exc, budgets=False))
+                return False
+            cpu = times.user + times.system
+        mark = self._next_id
+        if self._idle_cpu is None or self._idle_mark != mark:
+            self._idle_cpu, self._idle_mark = cpu, mark  # a new stretch begins here
+            return True
+        self.idle_checks += 1
+        spent = cpu - self._idle_cpu
+        if spent > IDLE_CPU_LIMIT_S:
+            _log.warning(
+                "[%s] the worker spent %.2f s of CPU with no job in flight: ended",
+                self._plugin,
+                spent,
+            )
+            self._crash(_crashed("cpu-while-idle"))
+            return False
+        return True
 
     def _sample_idle(self) -> None:
         """Keep sampling between jobs, at `IDLE_SAMPLE_INTERVAL_S`: an honest worker spends
         nothing while it waits for a job, but one that escaped the interpreter can leave
         threads spinning on every core, or fill memory, after it answered, where a sampler
         running only during jobs never looked (and its CPU rlimit is a soft limit it can
-        raise). The next job brings the job cadence back (`_begin`)."""
+        raise). Every sandbox samples at this cadence, for the idle watchdog (`_watch_idle`)
+        if not for a budget; with a CPU or RSS budget the next job brings the job cadence
+        back (`_begin`), without one the cadence stays and a job costs nothing."""
         self._sampler = self._loop.call_later(IDLE_SAMPLE_INTERVAL_S, self._on_sample)
         self._sampler_idle = True
 
@@ -1193,7 +1276,8 @@ class VmSandbox:
             with proc.oneshot():
                 times = proc.cpu_times()
                 rss = proc.memory_info().rss
-            self._tracker.sample_cpu(times.user + times.system)
+            self._cpu_s = times.user + times.system
+            self._tracker.sample_cpu(self._cpu_s)
             self._tracker.sample_memory(rss)
         except SuaveplanError as exc:
             self._crash(exc, count=False)
@@ -1557,8 +1641,8 @@ async def create_vm_sandbox(
         sb._poll_recv = poll_receiver(host_end, _accel.poll_recv())
         sb._fd = host_end.fileno()
         sb._loop.add_reader(sb._fd, sb._on_readable)
-        if sb._sampling:  # only the CPU/RSS sampler reads it; it costs /proc reads
-            sb._proc = _sampled_process(sb._remains.pid)
+        # The CPU/RSS sampler and the idle watchdog read it: one /proc read an interval.
+        sb._proc = _sampled_process(sb._remains.pid, budgets=sb._sampling)
         if sb._wall_s is None:
             ready = await sb._ready
         else:
@@ -1576,8 +1660,7 @@ async def create_vm_sandbox(
             raise _crashed("duplicate-subscriptions")
         sb._subscriptions = list(ready.subscriptions)
         sb._move("ready")
-        if sb._sampling:
-            sb._sample_idle()
+        sb._sample_idle()  # every sandbox: the idle watchdog (`_watch_idle`)
     except BaseException:
         if sb._sock is None:
             host_end.close()
