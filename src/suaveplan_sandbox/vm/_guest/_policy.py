@@ -94,6 +94,11 @@ GUARD_ATTR_HOOK: Final = "__sp_attr_hook__"
 PURE_FLAG: Final = "__sp_self__"
 GUARD_CLASS_STAMP: Final = "__sp_class_stamp__"
 CLASS_STAMP: Final = "__sp_class__"
+# Every name the rewrite inserts starts with this. A class body looks a name up in the
+# class namespace before the builtins the guards live in, so a method named after a guard
+# (`def __sp_private__(obj, name, store)`) would stand in for it in the rest of that body:
+# no plugin definition may carry the prefix.
+RESERVED_PREFIX: Final = "__sp_"
 # Attribute names that hand out the unguarded `str.format` when read natively (by a match
 # class pattern, a dataclass field of a `str` subclass, ...).
 FORMAT_ATTRS: Final = frozenset({"format", "format_map"})
@@ -317,6 +322,19 @@ class _Checker(ast.NodeTransformer):
             node.func = ast.copy_location(ast.Name(id=DIRECT_EVAL, ctx=ast.Load()), node.func)
         return node
 
+    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
+        # `async for` in a comprehension is a flag on an allowed node, not a node, so the
+        # allowlist alone never reviewed it (a generator expression may use it in a plain
+        # function): refused like the rest of the async syntax.
+        if node.is_async:
+            raise _err(
+                "SAND_VM_SYNTAX_FORBIDDEN",
+                "asynchronous comprehensions are not allowed",
+                self.filename,
+                node.target,
+            )
+        return self.generic_visit(node)
+
     def _check_arg_names(self, args: ast.arguments) -> None:
         for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
             if a is not None and a.arg.startswith("__"):
@@ -330,6 +348,13 @@ class _Checker(ast.NodeTransformer):
             raise _err(
                 "SAND_VM_ATTRIBUTE_FORBIDDEN",
                 "dunder function names only in classes",
+                self.filename,
+                node,
+            )
+        if norm(name).startswith(RESERVED_PREFIX):
+            raise _err(
+                "SAND_VM_ATTRIBUTE_FORBIDDEN",
+                "a name of the sandbox runtime cannot be defined",
                 self.filename,
                 node,
             )
