@@ -21,8 +21,10 @@ one is due, so calls shorter than the interval cannot hide CPU) and every
 after it answered). Neither is created or cancelled per call; the sampler changes cadence
 when a job begins after an idle sample was armed. Every sandbox, with budgets or without,
 has the idle cadence: its samples are also the idle watchdog (`_watch_idle`), which ends a
-worker spending CPU while no job is in flight (`cpu-while-idle`); without a CPU or RSS
-budget the sampler keeps that cadence through jobs too, so calls never touch it. Writes are
+worker spending CPU while no job is in flight (`cpu-while-idle`), and the one-thread
+watchdog (`_watch_threads`), which ends one whose CPU time grew faster than the wall clock,
+job or not (`cpu-beyond-one-thread`: an honest worker has a single thread); without a CPU or
+RSS budget the sampler keeps that cadence through jobs too, so calls never touch it. Writes are
 non-blocking with a bounded buffer: a worker that stops reading cannot stall the host's loop,
 and never raise SIGPIPE.
 Reads go into one receive buffer per thread. A worker sends nothing between its answer and
@@ -176,6 +178,17 @@ IDLE_SAMPLE_INTERVAL_S: Final = 1.0
 # the default), and still lets a worker spinning threads on every core only a tenth of a
 # core-second per stretch.
 IDLE_CPU_LIMIT_S: Final = 0.1
+# CPU seconds a worker may spend beyond the wall-clock time that passed, over the span the
+# one-thread watchdog judges (`_watch_threads`); more ends it (`cpu-beyond-one-thread`). An
+# honest worker has one thread (the guest has no API that makes one), so its CPU time grows no
+# faster than the wall clock, busy or idle; only the readings err. /proc gives CPU in 10 ms
+# clock ticks, user and system truncated apart (up to 20 ms under, each reading), and a
+# running thread's time can lag by one scheduler tick (at most 10 ms); the wall span is taken
+# from the clock read before the span's first /proc read to the one after its last, so a host
+# descheduled around a read only lengthens it. The worst honest excess is thus about 40 ms:
+# 0.1 s is ten ticks and 10% of `IDLE_SAMPLE_INTERVAL_S`, and lets a worker running threads
+# on every core keep at most one core and a tenth of a second per span.
+THREAD_CPU_MARGIN_S: Final = 0.1
 # The loop may run a timer up to its clock resolution early; a deadline timer firing within
 # this much of the job's deadline is that job's (the deadline sits 1 ms past the budget).
 _EARLY_S: Final = 1e-4
@@ -499,6 +512,16 @@ def _sampled_process(pid: int, *, budgets: bool) -> psutil.Process:
         raise _sampling_unavailable(exc, budgets=budgets) from None
 
 
+def _cpu_seconds(proc: psutil.Process) -> float | None:
+    """The worker's CPU seconds, all threads, user and system; None once it is gone (its
+    socket's EOF ends the sandbox). Raises `psutil.Error` when it is there but unreadable."""
+    try:
+        times = proc.cpu_times()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    return float(times.user + times.system)
+
+
 def _never_polled(buf: bytearray, deadline: float) -> int:
     raise AssertionError("polled before the channel was set up")
 
@@ -582,6 +605,12 @@ class VmSandbox:
         self._idle_mark = 0
         self._cpu_s = 0.0
         self.idle_checks = 0
+        # The one-thread watchdog (`_watch_threads`): the reading its span starts from and the
+        # newer one that starts the next span, each (loop time before the read, CPU seconds);
+        # and how many spans it has judged.
+        self._span_from: tuple[float, float] | None = None
+        self._span_next = (0.0, 0.0)
+        self.thread_checks = 0
         self._subscriptions: list[str] = []
         self._owned: StandardAdapters | None = None
         self._poll = AdaptivePoll(0.0)
@@ -1193,20 +1222,33 @@ class VmSandbox:
 
     def _on_sample(self) -> None:
         self._sampler = None
-        if self._sampling and not self._sample():
-            return  # a budget broke: the worker is gone
+        before = self._loop.time()
+        if self._sampling:
+            if not self._sample():
+                return  # a budget broke: the worker is gone
+            cpu: float | None = self._cpu_s  # unchanged if the worker is gone: nothing grows
+        else:
+            proc = self._proc
+            try:
+                cpu = None if proc is None else _cpu_seconds(proc)
+            except psutil.Error as exc:  # still there but unreadable: nothing is watched
+                self._crash(_sampling_unavailable(exc, budgets=False))
+                return
         if self._job is not None:
             self._idle_cpu = None  # a job in flight ends the idle stretch
+            if cpu is not None and not self._watch_threads(cpu, before):
+                return
             if self._sampling:
                 self._sampler = self._loop.call_later(SAMPLE_INTERVAL_S, self._on_sample)
                 self._sampler_idle = False
-            else:  # without budgets nothing is sampled during a job: stay at idle cadence
+            else:  # without budgets the job costs nothing: the idle cadence stays
                 self._sample_idle()
-        elif self._watch_idle():
+        elif cpu is None or (self._watch_idle(cpu) and self._watch_threads(cpu, before)):
             self._sample_idle()
 
-    def _watch_idle(self) -> bool:
-        """Judge an idle sample; False if it ended the worker (`cpu-while-idle`).
+    def _watch_idle(self, cpu: float) -> bool:
+        """Judge an idle sample of `cpu` seconds; False if it ended the worker
+        (`cpu-while-idle`).
 
         The budgets say nothing about a worker that escaped the interpreter, answered, and
         left threads spinning: without `cpuPercent` nothing else bounds them (the per-call
@@ -1220,24 +1262,12 @@ class VmSandbox:
         samples (with its busy poll) falls before the stretch's first sample, never in it.
         No per-call cost: jobs only bump the count they already keep. One /proc read an
         interval, shared with the budget sample when there is one (which runs first: a
-        cpuPercent breach keeps its own code). The kill is coded like the other ways a
-        worker breaks its side of the protocol, `SAND_VM_WORKER_CRASHED` with `why`
-        `cpu-while-idle`, counted in `plugin.worker_crashed_total{cause}`: it is no budget
-        the manifest set, so neither `BUDGET_EXCEEDED` nor its metric."""
-        if self._sampling:
-            cpu = self._cpu_s  # `_sample` read it just now
-        else:
-            proc = self._proc
-            if proc is None:
-                return True
-            try:
-                times = proc.cpu_times()
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                return True  # the worker is gone: its socket's EOF ends the sandbox
-            except psutil.Error as exc:  # still there but unreadable: nothing is watched
-                self._crash(_sampling_unavailable(exc, budgets=False))
-                return False
-            cpu = times.user + times.system
+        cpuPercent breach keeps its own code), and with the one-thread watchdog, which an idle
+        sample meets after this one (the stricter judge of a stretch keeps its code). The kill
+        is coded like the other ways a worker breaks its side of the protocol,
+        `SAND_VM_WORKER_CRASHED` with `why` `cpu-while-idle`, counted in
+        `plugin.worker_crashed_total{cause}`: it is no budget the manifest set, so neither
+        `BUDGET_EXCEEDED` nor its metric."""
         mark = self._next_id
         if self._idle_cpu is None or self._idle_mark != mark:
             self._idle_cpu, self._idle_mark = cpu, mark  # a new stretch begins here
@@ -1252,6 +1282,48 @@ class VmSandbox:
             )
             self._crash(_crashed("cpu-while-idle"))
             return False
+        return True
+
+    def _watch_threads(self, cpu: float, before: float) -> bool:
+        """Judge a sample of `cpu` seconds read after loop time `before`, job in flight or
+        not; False if it ended the worker (`cpu-beyond-one-thread`).
+
+        An honest worker is single-threaded, so its CPU time can never grow faster than the
+        wall clock. One that escaped the interpreter can start threads (the seccomp filter
+        lets `clone` make them) and, kept busy with jobs, is never idle for a stretch the idle
+        watchdog judges: without `cpuPercent` its threads had every core, bounded only by the
+        soft RLIMIT_CPU it can raise. So at every sample the CPU spent since the span's first
+        reading is held to the wall time since (from the clock read before that reading to
+        the one after this one) plus `THREAD_CPU_MARGIN_S`. Spans start at readings at least
+        half an idle interval apart, and a sample is judged from the start before the latest:
+        without budgets each sample of the idle cadence judges the last two intervals; with
+        them the job samples, every `SAMPLE_INTERVAL_S` (where the 10 ms ticks of /proc would
+        swamp one interval), are judged over at least half an idle interval. CPU a
+        worker saves early in a span cannot be spent beyond it, so it keeps about one core
+        on average. An idle sample meets the idle watchdog first, whose limit is stricter
+        over a stretch. No per-call cost: one comparison a sample, on the /proc read the
+        sampler already makes. Coded and counted like `cpu-while-idle`:
+        `SAND_VM_WORKER_CRASHED` with `why` `cpu-beyond-one-thread`, in
+        `plugin.worker_crashed_total{cause}`, never `BUDGET_EXCEEDED`."""
+        after = self._loop.time()
+        start = self._span_from
+        if start is None:
+            self._span_from = self._span_next = (before, cpu)
+            return True
+        self.thread_checks += 1
+        spent = cpu - start[1]
+        wall = after - start[0]
+        if spent > wall + THREAD_CPU_MARGIN_S:
+            _log.warning(
+                "[%s] the worker spent %.2f s of CPU in %.2f s: more than one thread ran; ended",
+                self._plugin,
+                spent,
+                wall,
+            )
+            self._crash(_crashed("cpu-beyond-one-thread"))
+            return False
+        if before - self._span_next[0] >= IDLE_SAMPLE_INTERVAL_S / 2:
+            self._span_from, self._span_next = self._span_next, (before, cpu)
         return True
 
     def _sample_idle(self) -> None:

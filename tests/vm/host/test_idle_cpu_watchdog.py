@@ -25,7 +25,7 @@ from suaveplan_sandbox.metrics import BUDGET_EXCEEDED, InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.vm import VmSandbox, create_vm_sandbox
 from suaveplan_sandbox.vm import _sandbox as vm_sandbox_module
-from suaveplan_sandbox.vm._sandbox import IDLE_CPU_LIMIT_S
+from suaveplan_sandbox.vm._sandbox import IDLE_CPU_LIMIT_S, THREAD_CPU_MARGIN_S
 from suaveplan_sandbox.vm._worker_loop import MAX_BUSY_POLL_US
 
 other = other_fixture
@@ -49,9 +49,51 @@ def spin_after(threads):
 """
 )
 
+# Calls a host can make back to back while the threads spin: the worker is never idle at two
+# samples in a row with no job begun between them, so the idle watchdog never judges it.
+# Pure-Python spinners hold the GIL, so together they keep one core at most: these hash a
+# large buffer, which CPython does with the GIL released, and run on every core.
+BUSY_SPINNER = (
+    RAW_PRELUDE
+    + """
+import _thread
+import hashlib
+
+
+def spin_after(threads):
+    data = bytes(1 << 22)
+
+    def spin():
+        time.sleep(0.05)
+        while True:
+            hashlib.sha256(data)
+
+    for _ in range(threads):
+        _thread.start_new_thread(spin, ())
+    return "spinning"
+
+
+def step():
+    time.sleep(0.005)
+    return "stepped"
+"""
+)
+
 HONEST = """
+import datetime
+
+
 def f(x):
     return x + 1
+
+
+def burn(seconds):
+    # CPU-bound for `seconds` of wall time: one thread, always running.
+    end = datetime.datetime.now() + datetime.timedelta(seconds=seconds)
+    rounds = 0
+    while datetime.datetime.now() < end:
+        rounds += 1
+    return rounds
 
 
 def work(n):
@@ -189,3 +231,97 @@ async def test_samples_taken_while_a_job_runs_never_count_as_idle(
         checks = sb.idle_checks
         await _until(lambda: sb.idle_checks >= checks + 2)
         assert sb.state == "idle"
+
+
+@pytest.mark.parametrize("budgets", [None, {"memoryMb": 256}], ids=["no-budget", "memory-only"])
+async def test_threads_spinning_while_the_host_keeps_the_worker_busy_end_it_beyond_one_thread(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    other: VmSandbox,
+    budgets: dict[str, int] | None,
+) -> None:
+    # Failed before the one-thread watchdog: back-to-back calls leave no idle stretch of two
+    # samples, no `cpuPercent` bounds the threads, and the worker spun on every core (the
+    # loop below ran to its 30 s of CPU). A span of two 1 s intervals allows
+    # 2 s + THREAD_CPU_MARGIN_S; four threads on two cores spend up to 4 s in it. The
+    # threads need more than one core for a span to be seen: on a machine whose other load
+    # holds them to less, they spend no more than an honest call would, and the case waits
+    # (counted in CPU seconds) for a span where they get it.
+    metrics = InMemoryMetrics()
+    sb = await _escaped(tmp_path, monkeypatch, BUSY_SPINNER, budgets, metrics=metrics)
+    async with sb:
+        assert await asyncio.wait_for(sb.call("spin_after", 4), HANG) == "spinning"
+        idle_checks = sb.idle_checks
+        calls = 0
+        ended: SuaveplanError | None = None
+        for _ in range(HANG * 200):
+            if _cpu_s(sb.pid) > 30.0:
+                break
+            try:
+                assert await asyncio.wait_for(sb.call("step"), HANG) == "stepped"
+            except SuaveplanError as exc:
+                ended = exc
+                break
+            calls += 1
+        assert ended is not None, f"worker burned {_cpu_s(sb.pid):.1f} s kept busy"
+        assert sb.state == "crashed"
+        await _assert_killed(sb.pid)
+        # Kept busy throughout: the idle watchdog never judged a stretch.
+        assert calls >= 10
+        assert sb.idle_checks == idle_checks
+        assert sb.thread_checks >= 1
+        if ended.details["why"] == "earlier-crash":  # it ended between two calls
+            assert isinstance(ended.cause, SuaveplanError)
+            ended = ended.cause
+        assert ended.code == "SAND_VM_WORKER_CRASHED"
+        assert ended.details["why"] == "cpu-beyond-one-thread"
+        with pytest.raises(SuaveplanError) as later:
+            await sb.call("step")
+        assert later.value.details["why"] == "earlier-crash"
+        assert later.value.cause is ended
+    assert metrics.value("plugin.worker_crashed_total", cause="cpu-beyond-one-thread") == 1
+    assert metrics.value("plugin.worker_crashed_total") == 1
+    assert metrics.value(BUDGET_EXCEEDED.name) == 0  # not a budget the manifest set
+    assert await other.call("f") == 2
+
+
+@pytest.mark.parametrize(
+    "budgets",
+    [None, {"cpuPercent": 200, "memoryMb": 256, "wallClockMs": 60000}],
+    ids=["no-budget", "budgets"],
+)
+async def test_an_honest_cpu_bound_call_of_seconds_is_never_ended(
+    tmp_path: Path, budgets: dict[str, int] | None
+) -> None:
+    # One thread always running for about three seconds: its CPU time grows as fast as the
+    # wall clock, never faster, and several samples judge it while the call runs (every
+    # 20 ms with budgets, every second without). The worker keeps one thread throughout:
+    # the guest has no API that makes another.
+    (tmp_path / "p.py").write_text(HONEST)
+    policy = PermissionPolicy.from_manifest(
+        {"name": "honest", "permissions": {"budgets": budgets or {}}}, root=tmp_path
+    )
+    metrics = InMemoryMetrics()
+    async with await create_vm_sandbox(
+        plugin_module_path=tmp_path / "p.py", policy=policy, metrics=metrics
+    ) as sb:
+        await _until(lambda: sb.thread_checks >= 1)  # spans are judged from here on
+        for _round in range(2):
+            checks = sb.thread_checks
+            start = _cpu_s(sb.pid)
+            call = asyncio.ensure_future(sb.call("burn", 1.5))
+            threads = 0
+            while not call.done():
+                threads = max(threads, psutil.Process(sb.pid).num_threads())
+                await asyncio.sleep(0.05)
+            rounds = await call
+            assert isinstance(rounds, int) and rounds > 0
+            spent = _cpu_s(sb.pid) - start
+            assert spent > 0.75, f"the call spent only {spent:.2f} s: not CPU-bound"
+            assert threads == 1
+            assert sb.thread_checks >= checks + 1  # judged while it ran, or just after
+        assert sb.state == "idle"
+        assert await sb.call("f", 1) == 2
+    assert metrics.value("plugin.worker_crashed_total") == 0
+    assert metrics.value(BUDGET_EXCEEDED.name) == 0
+    assert THREAD_CPU_MARGIN_S < 0.5  # the margin is a few ticks, not a core
