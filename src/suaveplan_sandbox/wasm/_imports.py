@@ -12,7 +12,7 @@ nothing downstream (the checker, adapters, the event bus, a VM subscriber's code
 value only a WASM guest can make: text is strict UTF-8 (`INVAL` otherwise), and JSON is
 decoded by `_json` alone — strict JSON (no `NaN`/`Infinity`, no float that overflows), no
 lone UTF-16 surrogate from a `\\u` escape, integers within [-2**63, 2**64 - 1], nesting
-within the decoder's recursion bound; anything else is `INVAL` before the gateway is asked.
+at most `MAX_JSON_DEPTH` deep; anything else is `INVAL` before the gateway is asked.
 What the host writes back is strict UTF-8 too: an adapter's answer that cannot be written
 so (a BLOB or a non-finite REAL in a row, a secret value with a lone surrogate) is `IO`, and
 nothing is written. Over-long input (`MAX_INPUT`) is `INVAL`; `FAULT` means only a
@@ -55,6 +55,11 @@ _NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
 MIN_JSON_INT: Final = -(2**63)
 MAX_JSON_INT: Final = 2**64 - 1
 # A `\u` escape of a UTF-16 surrogate: only where one appears can a lone one be decoded.
+# How deep a guest's JSON may nest arrays and objects. The decoder's own bound depends on the
+# Python version (about 1,000 on 3.11, C-stack-based and far deeper on 3.13), so one bound
+# of our own, below both and above what anything downstream takes (an event payload nests
+# at most 256 deep), judges every guest alike, before the gateway is asked.
+MAX_JSON_DEPTH: Final = 512
 _SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
@@ -124,6 +129,26 @@ def _json_constant(_name: str) -> object:
     raise _Invalid  # NaN, Infinity, -Infinity: not JSON
 
 
+def _too_deep(text: str, value: object) -> bool:
+    """Whether `value` (decoded from `text`) nests arrays and objects past `MAX_JSON_DEPTH`.
+    Fewer brackets than that in the text cannot nest that deep: the walk is skipped."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False
+    level: list[tuple[object, int]] = [(value, 1)]
+    while level:
+        item, depth = level.pop()
+        if type(item) is list:
+            children: list[object] = item
+        elif type(item) is dict:
+            children = list(item.values())
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return True
+        level.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _json(m: GuestMemory, ptr: int, length: int) -> object:
     """The guest's JSON document at (ptr, length), held to the values the VM wire carries."""
     text = _text(m, ptr, length)
@@ -134,6 +159,8 @@ def _json(m: GuestMemory, ptr: int, length: int) -> object:
             parse_float=_json_float,
             parse_constant=_json_constant,
         )
+        if _too_deep(text, value):
+            raise _Invalid
         if _SURROGATE_ESCAPE.search(text) is not None:
             # Escaped pairs were joined into one code point; a lone one fails to encode.
             json.dumps(value, ensure_ascii=False, check_circular=False).encode("utf-8")
