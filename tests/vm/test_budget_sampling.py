@@ -1,5 +1,6 @@
-"""Which budgets need the host's process sampling, and that each is still enforced now that
-the psutil handle is opened only for a CPU/RSS budget (229705d)."""
+"""How the host samples its workers: a CPU/RSS budget through the process handle, the wall
+clock with the host's own timer, and every sandbox's idle and one-thread watchdogs through
+the same handle (so a worker that cannot be opened fails the create closed, budgets or not)."""
 
 from __future__ import annotations
 
@@ -54,19 +55,11 @@ async def test_a_resident_set_over_memory_mb_below_the_rlimit_is_ended_by_the_sa
         await sb.dispose()
 
 
-async def test_wall_clock_alone_needs_no_process_handle(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Without a CPU/RSS budget nothing samples the worker: the wall clock is the host's own
-    # timer, so it holds even where the process cannot be opened for sampling at all.
-    def unavailable(*_: object, **__: object) -> psutil.Process:
-        raise psutil.AccessDenied()
-
-    monkeypatch.setattr(psutil, "Process", unavailable)
+async def test_the_wall_clock_is_the_hosts_own_timer(tmp_path: Path) -> None:
+    # The wall clock needs no sample of the worker: the host's timer ends the call.
     metrics = InMemoryMetrics()
     sb = await _create(tmp_path, {"wallClockMs": 200}, metrics)
     try:
-        assert sb._proc is None
         with pytest.raises(SuaveplanError) as info:
             await sb.call("spin")
         assert (info.value.code, info.value.details["budget"]) == (
@@ -77,6 +70,23 @@ async def test_wall_clock_alone_needs_no_process_handle(
         assert metrics.value(BUDGET_EXCEEDED.name, budget="wallClockMs") == 1
     finally:
         await sb.dispose()
+
+
+@pytest.mark.parametrize("budgets", [{}, {"wallClockMs": 200}])
+async def test_without_a_cpu_or_rss_budget_an_unreadable_worker_still_refuses_the_create(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budgets: dict[str, int]
+) -> None:
+    # Every sandbox's worker is watched between calls and across them (the idle and
+    # one-thread watchdogs, for a worker that escaped the interpreter): one that cannot be
+    # read would go unwatched, so the create fails closed, naming that layer.
+    def unavailable(*_: object, **__: object) -> psutil.Process:
+        raise psutil.AccessDenied()
+
+    monkeypatch.setattr(psutil, "Process", unavailable)
+    with pytest.raises(SuaveplanError) as info:
+        await _create(tmp_path, budgets, InMemoryMetrics())
+    assert info.value.code == "SAND_VM_HARDENING_UNAVAILABLE"
+    assert info.value.details == {"layer": "idle-watchdog", "why": "AccessDenied"}
 
 
 @pytest.mark.parametrize("budgets", [{"memoryMb": 256}, {"cpuPercent": 50}])
