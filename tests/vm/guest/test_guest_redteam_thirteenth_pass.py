@@ -207,3 +207,28 @@ async def test_the_guards_judge_hostile_names_and_hooks_by_what_is_used(
     async with sb:
         got = {name: await outcome(sb, name) for name in EXPECTED}
     assert got == EXPECTED
+
+
+def test_the_dataclass_module_view_runs_no_hook_of_a_module_name() -> None:
+    # `_plugin_module_visible` judges a class's `__module__` by lookups and writes
+    # `sys.modules` under it: only an exact `str` is used, so a `str` subclass's hooks never
+    # run there (no plugin route to such a `__module__` was found; this pins the rule).
+    import sys
+
+    from suaveplan_sandbox.vm._guest._runtime import _plugin_module_visible
+
+    class Hooked(str):
+        def __hash__(self) -> int:
+            raise AssertionError("the name's __hash__ ran")
+
+        def __eq__(self, other: object) -> bool:
+            raise AssertionError("the name's __eq__ ran")
+
+        def __str__(self) -> str:
+            raise AssertionError("the name's __str__ ran")
+
+    holder = type("Holder", (), {})
+    holder.__module__ = Hooked("plugin_module")
+    before = dict(sys.modules)
+    with _plugin_module_visible(holder):
+        assert sys.modules.keys() == before.keys()

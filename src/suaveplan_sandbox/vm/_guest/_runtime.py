@@ -353,32 +353,38 @@ def _plugin_module_visible(cls: object) -> Iterator[None]:
     or could have is never shadowed, not even for the duration of the call.
     """
     name = getattr(cls, "__module__", None)
-    mod = _PLUGIN_MODULES.get(name) if isinstance(name, str) else None
+    # An exact `str`, used as read: a `str` subclass's own `__hash__`/`__eq__` would run in
+    # the lookups below, and its `__str__` could name one module for the checks and another
+    # for `sys.modules`.
+    if type(name) is not str:
+        yield
+        return
+    mod = _PLUGIN_MODULES.get(name)
     if (
         mod is None
         or not isinstance(cls, _b.type)
         or cls not in _PLUGIN_CLASSES
         or name in sys.modules
-        or str(name).split(".")[0] in sys.stdlib_module_names
+        or name.split(".")[0] in sys.stdlib_module_names
     ):
         yield
         return
     # What dataclasses reads: the plugin's globals with each module facade swapped for the
     # module it stands for (`"typing.ClassVar[int]"` is recognised by module identity). Only
     # trusted code reads sys.modules; the plugin's own globals are untouched.
-    view = types.ModuleType(str(name))
+    view = types.ModuleType(name)
     view.__dict__.update(
         {
             k: _FACADE_MODULES.get(id(v), v) if isinstance(v, Facade) else v
             for k, v in vars(mod).items()
         }
     )
-    sys.modules[str(name)] = view
+    sys.modules[name] = view
     try:
         yield
     finally:
-        if sys.modules.get(str(name)) is view:
-            del sys.modules[str(name)]
+        if sys.modules.get(name) is view:
+            del sys.modules[name]
 
 
 def _g_dataclass(cls: object = None, /, **kwargs: Any) -> object:
