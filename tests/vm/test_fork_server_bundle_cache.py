@@ -103,3 +103,24 @@ def test_the_host_reloads_a_bundle_the_zygote_dropped(server: ForkServer, tmp_pa
     assert _raw_fork(server, bundles[0])["why"] == "unknown-digest"
     assert fork(bundles[0]) in server.live  # the host's hint was stale: it loaded again
     assert server.starts == 1
+
+
+def test_exit_notices_are_kept_for_the_most_recent_workers_only() -> None:
+    # A long-lived host creates and disposes sandboxes without end: the exit status of every
+    # worker it ever had must not stay in memory for the life of the process.
+    from suaveplan_sandbox.vm import _zygote
+
+    server = _zygote.ForkServer()
+    try:
+        server.ping()
+        chan = server._chan
+        assert chan is not None
+        total = _zygote.MAX_EXITED + 50
+        with server._lock:
+            for pid in range(1, total + 1):
+                server._file(chan, msgpack.packb({"op": "exited", "pid": pid, "status": 0}))
+        assert len(server.exited) == _zygote.MAX_EXITED
+        assert min(server.exited) == total - _zygote.MAX_EXITED + 1  # the oldest went first
+        assert max(server.exited) == total
+    finally:
+        server.shutdown()

@@ -55,6 +55,9 @@ _NOSIGNAL: Final = getattr(socket, "MSG_NOSIGNAL", 0)
 _SEND_FAILED: Final = "send"
 # Digests believed loaded in the zygote, a hint bounded like the zygote's own cache.
 _LOADED_HINTS: Final = 1024
+# Exit statuses kept in `ForkServer.exited`, the most recent: a long-lived host creates and
+# disposes workers without end, and no status is read after its worker is gone.
+MAX_EXITED: Final = 1024
 # A bundle packed larger than this goes to the fork server in a memfd passed with the load
 # request, not in the request's one datagram: a SOCK_SEQPACKET datagram cannot exceed the
 # socket's send buffer (`net.core.wmem_default`, 208 KiB on many machines), and every plugin
@@ -283,7 +286,10 @@ class ForkServer:
         if rep.get("op") == "exited":
             if type(pid) is int:
                 self.live.discard(pid)
+                self.exited.pop(pid, None)  # a reused pid is the most recent again
                 self.exited[pid] = rep.get("status", -1)
+                if len(self.exited) > MAX_EXITED:
+                    del self.exited[next(iter(self.exited))]
             return
         req_id = rep.get("id")
         if type(req_id) is int and req_id in chan.replies:
