@@ -95,8 +95,14 @@ async def test_back_to_back_calls_shorter_than_the_sampling_interval_cannot_hide
         with pytest.raises(SuaveplanError) as info:
             for _ in range(20000):  # a few ms each; the window is 1 s
                 await sb.call("short_burst")
-        assert info.value.code == "BUDGET_EXCEEDED"
-        assert info.value.details["budget"] == "cpuPercent"
+        breach = info.value
+        if breach.details.get("why") == "earlier-crash":
+            # The sampler also runs between calls: a breach it finds there ends the worker
+            # with no call in flight, and the next call reports it as its cause.
+            assert isinstance(breach.cause, SuaveplanError)
+            breach = breach.cause
+        assert breach.code == "BUDGET_EXCEEDED", breach.details
+        assert breach.details["budget"] == "cpuPercent"
         assert metrics.value(BUDGET_EXCEEDED.name, budget="cpuPercent") == 1
     finally:
         await sb.dispose()
