@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Mapping
@@ -50,10 +51,25 @@ MAX_MANIFEST_PROBLEMS: Final = 50
 PLUGIN_NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 TABLE_PREFIX_PATTERN: Final = r"^[a-z][a-z0-9_]{0,30}_$"
 SECRET_NAME_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"  # noqa: S105 — a name pattern
+# Control characters (Unicode category Cc: C0, DEL, C1) in the free-text fields. Both reach
+# logs, terminals and databases: a NUL cannot be stored in PostgreSQL `text` (the migrations
+# record takes the version), and an ESC sequence rewrites an operator's terminal. A
+# description may still hold lines and tabs.
+_VERSION_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_DESCRIPTION_CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _no_control(value: str | None, pattern: re.Pattern[str], what: str) -> str | None:
+    """`value` unchanged unless `pattern` finds a control character in it; then a ValueError
+    naming the first one by code point (never the character itself)."""
+    found = None if value is None else pattern.search(value)
+    if found is not None:
+        raise ValueError(f"{what} (U+{ord(found.group()):04X})")
+    return value
 
 
 def _relative_path(value: str | None, what: str) -> str | None:
@@ -194,6 +210,17 @@ class Manifest(_Strict):
                 raise _RuleError(index, "secret declared twice")
             seen.add(decl.name)
         return decls
+
+    @field_validator("version")
+    @classmethod
+    def _version_printable(cls, value: str | None) -> str | None:
+        return _no_control(value, _VERSION_CONTROL, "version holds a control character")
+
+    @field_validator("description")
+    @classmethod
+    def _description_printable(cls, value: str | None) -> str | None:
+        what = "description holds a control character other than tab, CR, LF"
+        return _no_control(value, _DESCRIPTION_CONTROL, what)
 
     @field_validator("entry")
     @classmethod
