@@ -530,7 +530,9 @@ async def test_half_a_frame_then_a_stall_ends_at_the_wall_clock_budget(
     async with sb:
         half = frame(["result", _next_id(sb), "x" * 1000])[:500]
         call = asyncio.ensure_future(sb.call("send", [half]))
-        while not sb._decoder.buffered:  # the half frame has arrived
+        # Until the half frame has arrived, or (a worker slower than the budget, on a loaded
+        # machine) the budget ended the call first: an unbounded wait would hang there.
+        while not sb._decoder.buffered and not call.done():
             assert await other.call("f") == 2  # and the loop serves others meanwhile
             await asyncio.sleep(0.01)
         err = await _coded_end(sb, call, other)
