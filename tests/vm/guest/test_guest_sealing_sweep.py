@@ -3,7 +3,9 @@
 Earlier red-team rounds found shared classes reachable and still mutable, the change
 persisting across calls in the same worker: `ExceptionGroup` (a builtin), decimal's
 `SignalDict` (`type(decimal.getcontext().flags)`), `enum._auto_null`
-(`type(enum.auto().value)`) and `copy.Error`. Rather than list them, the sweep walks what
+(`type(enum.auto().value)`) and `copy.Error`; the fourteenth pass two classes C modules make
+as heap types, `time.struct_time` (`datetime.timetuple()`) and `_abc._abc_data` (an ABC's own
+`_abc_impl`). Rather than list them, the sweep walks what
 the guest is given, the way a guest would: every facade's contents and the builtins, their
 public attributes, MRO bases and metaclasses, the types of values that zero-argument calls
 and a set of common calls return, and the exceptions they raise. Any pure-Python class it
@@ -106,6 +108,8 @@ def _common():
         "dataclasses.asdict": lambda: dataclasses.asdict(Point()),
         "datetime.now": lambda: datetime.datetime.now(datetime.timezone.utc),
         "datetime.isocalendar": lambda: datetime.date(2024, 1, 1).isocalendar(),
+        "datetime.timetuple": lambda: datetime.date(2024, 1, 1).timetuple(),
+        "abc._abc_impl": lambda: collections.UserDict._abc_impl,
         "fractions.Fraction": lambda: fractions.Fraction(1, 3),
         "statistics.NormalDist": lambda: statistics.NormalDist(),
         "statistics.error": lambda: statistics.mean([]),
@@ -243,8 +247,14 @@ def exception_classes():
 '''
 
 GUEST = """
+import datetime
 import decimal
 import enum
+import typing
+
+
+class Own(typing.Protocol):
+    pass
 
 
 def patch(which):
@@ -252,6 +262,8 @@ def patch(which):
         "ExceptionGroup": lambda: ExceptionGroup,
         "SignalDict": lambda: type(decimal.getcontext().flags),
         "auto_null": lambda: type(enum.auto().value),
+        "struct_time": lambda: type(datetime.date(2024, 1, 1).timetuple()),
+        "abc_data": lambda: type(Own._abc_impl),
     }[which]()
     value.derive = lambda self, excs: None
     return "patched"
@@ -280,7 +292,9 @@ async def test_no_class_reachable_from_the_facades_and_builtins_is_mutable(
         assert await sb.call("exception_classes") == []
 
 
-@pytest.mark.parametrize("which", ["ExceptionGroup", "SignalDict", "auto_null"])
+@pytest.mark.parametrize(
+    "which", ["ExceptionGroup", "SignalDict", "auto_null", "struct_time", "abc_data"]
+)
 async def test_the_classes_earlier_rounds_found_mutable_are_sealed(
     tmp_path: Path, which: str
 ) -> None:

@@ -65,7 +65,12 @@ from suaveplan_sandbox.vm._guest._policy import (
     norm,
 )
 from suaveplan_sandbox.vm._guest._policy import __file__ as _policy_file
-from suaveplan_sandbox.vm._guest._seal import is_prepared, seal_shared_classes
+from suaveplan_sandbox.vm._guest._seal import (
+    is_prepared,
+    is_sealed,
+    seal_shared_classes,
+    shared_classes,
+)
 from suaveplan_sandbox.vm._hardening import arm_cpu_backstop, hardening_was_applied
 
 _MAX_DEPTH: Final = 64
@@ -701,6 +706,81 @@ def install_statistics_guard() -> None:
     statistics._coerce = _coerce
 
 
+# What a function's code names when it computes an object's class: `x.__class__`, `type(x)`,
+# `getattr(x, "__class__")`.
+_CLASS_NAMES: Final = frozenset({"__class__", "type"})
+
+
+def _computes_a_class(code: types.CodeType) -> bool:
+    """Whether `code`, or code nested in it, reads `__class__` or names `type`."""
+    if not _CLASS_NAMES.isdisjoint(code.co_names):
+        return True
+    return any(
+        _computes_a_class(c) if type(c) is types.CodeType else type(c) is str and c == "__class__"
+        for c in code.co_consts
+    )
+
+
+def _on_instances_only(func: types.FunctionType) -> types.FunctionType:
+    """`func` (a trusted method) refusing a `self` whose class `type()` does not hand out."""
+
+    def method(self: object, /, *args: object, **kwargs: object) -> object:
+        if not _type_handed_out(_b.type(self)):
+            raise TypeError(f"{func.__qualname__}() runs on an instance of its class only")
+        return func(self, *args, **kwargs)
+
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(method, name, getattr(func, name))
+    return method  # type: ignore[return-value]
+
+
+def _self_checked(value: object) -> object:
+    """`value` (a class attribute) with each method computing `self`'s class checked."""
+    if type(value) is types.FunctionType:
+        code = value.__code__
+        if code.co_argcount + code.co_posonlyargcount and _computes_a_class(code):
+            return _on_instances_only(value)
+    elif type(value) is property:
+        parts = [_self_checked(f) for f in (value.fget, value.fset, value.fdel)]
+        if parts != [value.fget, value.fset, value.fdel]:
+            return property(*parts, value.__doc__)  # type: ignore[arg-type,call-arg]
+    return value
+
+
+_METHOD_SELF_GUARD_INSTALLED = False
+_OWN_PACKAGE: Final = __name__.split(".")[0]
+
+
+def install_method_self_guard() -> None:
+    """Worker-only, before sealing: a trusted method that computes the class of `self` runs
+    only on an instance of a class the guarded `type()` hands out.
+
+    A class's own function is a plain function when fetched from the class
+    (`collections.UserString.upper`, a property's `fget`), and Python never checks what it
+    is called with, as C methods do. Trusted code written for its own instances made "another
+    one like `self`" with `self.__class__(...)` or `type(self)(...)`; with a class as `self`
+    that is its metaclass: `UserString.upper(C)` returned `type(C.data.upper())`, the
+    unguarded `type()` of whatever the plugin's `upper` answered (`abc.ABCMeta`, whose
+    three-argument call builds a class from any namespace), `ChainMap.new_child(C, name)`
+    called the real `type(name, *C.maps)`, `enum.DynamicClassAttribute.getter(C, ...)` called
+    `type(C)` with four values of the plugin's. Every public method (and property accessor)
+    of the classes sealing covers whose code reads `__class__` or names `type` is guarded;
+    the worker's own classes the guest reaches have none. Irreversible and process-wide."""
+    global _METHOD_SELF_GUARD_INSTALLED  # noqa: PLW0603 - once per worker process
+    if _METHOD_SELF_GUARD_INSTALLED:
+        return
+    for cls in shared_classes():
+        module = cls.__dict__.get("__module__")
+        if is_sealed(cls) or not isinstance(module, str) or module.split(".")[0] == _OWN_PACKAGE:
+            continue
+        for name, value in list(cls.__dict__.items()):
+            if type(name) is str and not name.startswith("_"):
+                checked = _self_checked(value)
+                if checked is not value:
+                    _b.type.__setattr__(cls, name, checked)
+    _METHOD_SELF_GUARD_INSTALLED = True
+
+
 def _direct_eval(*args: object, **kwargs: object) -> NoReturn:
     raise SuaveplanError("SAND_VM_EVAL_REJECTED", "eval/exec/compile are not available")
 
@@ -796,6 +876,7 @@ def prepare_worker_interpreter() -> None:
     install_stdlib_guards()
     install_typing_type_guard()
     install_statistics_guard()
+    install_method_self_guard()
     seal_shared_classes()
     _PREBUILT_BUILTINS[:] = [_shared_builtins()]
 

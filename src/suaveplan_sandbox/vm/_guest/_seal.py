@@ -60,6 +60,10 @@ SEALED_MODULE_PREFIXES: Final = (
     "enum",
     "typing",
     "abc",
+    # Classes C modules make as heap types, handed out by values: `_abc._abc_data` (an ABC's
+    # own `_abc_impl`), `time.struct_time` (`datetime.timetuple()`).
+    "_abc",
+    "time",
     "textwrap",
     "base64",
     "binascii",
@@ -134,6 +138,16 @@ def _sealed_modules() -> list[str]:
         name
         for name in list(sys.modules)
         if any(name == p or name.startswith(p + ".") for p in SEALED_MODULE_PREFIXES)
+    ]
+
+
+def shared_classes() -> list[type]:
+    """The classes defined in the sealed modules, and every exception class: the ones a guest
+    can be handed (sealing also covers their bases and metaclasses)."""
+    return [
+        cls
+        for cls in _classes_in(_sealed_modules())
+        if _in_sealed_module(cls) or issubclass(cls, BaseException)
     ]
 
 
