@@ -2,7 +2,12 @@
 
 Without a budget nothing else stops guest code: before, a guest looping in a call kept its
 thread and a core busy for the life of the process after its sandbox was disposed, and kept
-its store's preopened directories. Ordering and generous deadlines, never a timing assert."""
+its store's preopened directories. Ordering and generous deadlines, never a timing assert.
+
+The guest is disposed only once its thread has taken the call (it holds the sandbox's lock
+while the call runs): a call still queued at dispose() is dropped, never run, which is
+another route than the one under test. The thread watched is this sandbox's own, never a
+count of every guest thread of the process (another test's may end meanwhile)."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import pytest
 
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.wasm import create_wasm_sandbox
+from suaveplan_sandbox.wasm import WasmSandbox, create_wasm_sandbox
 
 SPIN_WAT = '(module (func (export "spin") (loop (br 0))))'
 # A `_start` that never returns, for `run` (each run instantiates the module afresh).
@@ -28,9 +33,10 @@ SPIN_RUN_WAT = """
 GENEROUS_S = 30.0
 
 
-def _guest_threads() -> int:
-    # The executor thread a sandbox runs its guest on (not the process-wide epoch ticker).
-    return sum(t.name.startswith("suaveplan-wasm_") for t in threading.enumerate())
+def _guest_threads(sb: WasmSandbox) -> list[threading.Thread]:
+    # The executor thread this sandbox runs its guest on (not the process-wide epoch ticker).
+    executor = sb._executor
+    return [] if executor is None else list(executor._threads)
 
 
 async def _until(condition: Callable[[], bool]) -> bool:
@@ -58,16 +64,18 @@ async def test_dispose_ends_a_guest_that_never_returns_without_a_wall_clock_budg
     policy = PermissionPolicy.from_manifest(
         {"name": "guest", "permissions": {"budgets": budgets}}, root=root
     )
-    before = _guest_threads()
     text = SPIN_WAT if how == "call" else SPIN_RUN_WAT
     sb = await create_wasm_sandbox(wasm_module_path=wat(text), policy=policy)
     pending = asyncio.ensure_future(sb.call("spin") if how == "call" else sb.run())
-    assert await _until(lambda: _guest_threads() > before)  # the guest is running
+    # The guest thread took the call and holds the sandbox while it runs.
+    assert await _until(sb._lock.locked), "the guest never started"
+    threads = _guest_threads(sb)
+    assert threads
     await asyncio.sleep(0.05)
     assert not pending.done()
     await sb.dispose()
     # The guest ends and its thread with it.
-    assert await _until(lambda: _guest_threads() == before), "the guest kept running"
+    assert await _until(lambda: not any(t.is_alive() for t in threads)), "the guest kept running"
     done, _ = await asyncio.wait([pending], timeout=GENEROUS_S)
     assert pending in done
     with pytest.raises(SuaveplanError) as info:

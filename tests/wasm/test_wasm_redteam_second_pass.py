@@ -184,6 +184,17 @@ async def _released(threads: list[threading.Thread]) -> bool:
     return not any(t.is_alive() for t in threads)
 
 
+async def _running(sb: WasmSandbox) -> bool:
+    """Whether the guest thread took the call: it holds the sandbox's lock while a call runs.
+    A call still queued when dispose() comes is dropped, never run: another route than a
+    running guest's, which the tests below dispose."""
+    for _ in range(3000):  # a liveness guard, not a timing assertion
+        if sb._lock.locked():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
 # -- found: path_open's fd_out ----------------------------------------------------------------
 
 OPEN_WAT: Final = f"""
@@ -270,6 +281,7 @@ async def test_a_guest_running_on_after_dispose_opens_no_more_files(
         wasm_module_path=wat(BUSY_OPEN_WAT), policy=_fs_policy(root, "uploads/*")
     )
     busy = asyncio.create_task(sb.call("open_until_refused", 50_000_000))
+    assert await _running(sb)
     await asyncio.sleep(0.2)
     assert not busy.done()
     threads = _guest_threads(sb)
@@ -307,6 +319,7 @@ async def test_the_longest_clock_poll_sleeps_until_the_sandbox_is_disposed(
 ) -> None:
     sb = await create_wasm_sandbox(wasm_module_path=wat(SLEEP_WAT), policy=_fs_policy(root))
     sleeping = asyncio.create_task(sb.call("sleep", clock, -1, flags))  # 2**64 - 1 ns
+    assert await _running(sb)
     await asyncio.sleep(0.3)
     # It used to end the guest at once (`SAND_WASM_TRAP`, an OverflowError from the wait).
     assert not sleeping.done()

@@ -18,7 +18,7 @@ from suaveplan_sandbox.adapters import Adapters, HttpRequest, HttpResponse
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.wasm import Errno, create_wasm_sandbox
+from suaveplan_sandbox.wasm import Errno, WasmSandbox, create_wasm_sandbox
 from suaveplan_sandbox.wasm._sandbox import STUCK_GRACE_S
 
 # `two` asks for SLOW (the adapter blocks), then for AFTER: a guest that ran on after the
@@ -93,6 +93,14 @@ async def _wait_for(event: threading.Event) -> None:
     assert await asyncio.to_thread(event.wait, 5), "the adapter never returned"
 
 
+async def _guest_thread_free(sb: WasmSandbox) -> None:
+    """Until the sandbox's one guest thread has finished the call it was held in: a no-op
+    queued behind it runs only then (a liveness guard, not a timing assertion)."""
+    assert sb._executor is not None
+    free = asyncio.wrap_future(sb._executor.submit(lambda: "free"))
+    assert await asyncio.wait_for(free, 30) == "free"
+
+
 @pytest.mark.parametrize(
     "budgets",
     [{"wallClockMs": 150}, {"wallClockMs": 150, "cpuPercent": 100}],
@@ -114,9 +122,13 @@ async def test_a_guest_stuck_in_a_sync_adapter_ends_at_its_budget_and_runs_no_fu
         with pytest.raises(SuaveplanError) as info:
             await asyncio.wait_for(sb.call("two"), 10)
         took = time.monotonic() - began
+        # Answered while the adapter still held the guest thread (it holds it 30 s, past the
+        # 10 s above): the call was not left waiting for the adapter. Not a time bound: on a
+        # loaded machine the answer may come well after budget + STUCK_GRACE_S.
+        assert not secrets.returned.is_set()
         assert info.value.code == "BUDGET_EXCEEDED"
         assert info.value.details["budget"] == "wallClockMs"
-        assert 0.15 <= took < 0.15 + STUCK_GRACE_S + 1.0, took
+        assert took >= 0.15, took  # never before the budget
         assert sb.state == "ended"
         with pytest.raises(SuaveplanError) as later:
             await sb.call("answer")
@@ -124,7 +136,7 @@ async def test_a_guest_stuck_in_a_sync_adapter_ends_at_its_budget_and_runs_no_fu
         # The adapter returns at last: the guest must not go on to ask for AFTER.
         secrets.release.set()
         await _wait_for(secrets.returned)
-        await asyncio.sleep(0.2)
+        await _guest_thread_free(sb)  # the stuck call has unwound, whatever it did next
         assert secrets.requested == ["SLOW"]
         assert metrics.value("plugin.budget_exceeded_total", plugin="guest") == 1
     finally:
@@ -149,7 +161,7 @@ async def test_a_socket_handed_out_after_the_call_was_abandoned_is_closed(
         assert info.value.code == "BUDGET_EXCEEDED"
         fetch.release.set()
         await _wait_for(fetch.returned)
-        for _ in range(100):
+        for _ in range(3000):  # a liveness guard, not a timing assertion
             if fetch.given[0].fileno() == -1:
                 break
             await asyncio.sleep(0.01)

@@ -109,6 +109,17 @@ async def _released(threads: list[threading.Thread]) -> bool:
     return not any(t.is_alive() for t in threads)
 
 
+async def _running(sb: WasmSandbox) -> bool:
+    """Whether the guest thread took the call: it holds the sandbox's lock while a call runs.
+    A call still queued when dispose() comes is dropped, never run: another route than a
+    running guest's, which the tests below dispose."""
+    for _ in range(3000):  # a liveness guard, not a timing assertion
+        if sb._lock.locked():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
 async def test_a_guest_sleeping_past_its_wall_clock_budget_is_ended_and_lets_go_of_its_thread(
     root: Path, wat: Callable[[str], Path]
 ) -> None:
@@ -133,6 +144,7 @@ async def test_a_sleeping_guest_without_a_wall_clock_budget_wakes_when_disposed(
 ) -> None:
     sb = await create_wasm_sandbox(wasm_module_path=wat(GUARD_WAT), policy=policy(root))
     sleeping = asyncio.create_task(sb.call("sleep", HOUR_NS))
+    assert await _running(sb)
     await asyncio.sleep(0.2)
     assert not sleeping.done()
     threads = _guest_threads(sb)
