@@ -81,3 +81,62 @@ async def test_dispose_ends_a_guest_that_never_returns_without_a_wall_clock_budg
     with pytest.raises(SuaveplanError) as info:
         pending.result()
     assert info.value.code in {"SAND_WASM_DISPOSED", "SAND_CANCELLED"}
+
+
+@pytest.mark.parametrize(
+    "budgets",
+    [
+        pytest.param({}, id="no-budget"),
+        pytest.param({"cpuPercent": 100}, id="cpu-percent-100"),
+        pytest.param({"wallClockMs": 60000}, id="wall-clock"),
+    ],
+)
+async def test_a_call_still_queued_at_dispose_gets_the_coded_error_not_a_cancellation(
+    root: Path, wat: Callable[[str], Path], budgets: dict[str, int]
+) -> None:
+    # Failed before without wallClockMs: the queued call was dropped by dispose() and its
+    # caller got a bare asyncio.CancelledError, which reads as if its own task had been
+    # cancelled. With wallClockMs it was already SAND_WASM_DISPOSED; now every call is.
+    policy = PermissionPolicy.from_manifest(
+        {"name": "guest", "permissions": {"budgets": budgets}}, root=root
+    )
+    sb = await create_wasm_sandbox(wasm_module_path=wat(SPIN_WAT), policy=policy)
+    running = asyncio.ensure_future(sb.call("spin"))
+    assert await _until(sb._lock.locked), "the guest never started"
+    queued = asyncio.ensure_future(sb.call("spin"))  # behind the running one, on one thread
+    await asyncio.sleep(0.05)
+    assert not queued.done()
+    await sb.dispose()
+    # Under wallClockMs the running guest is held to that budget, not ended by dispose()
+    # (documented): only the queued call is awaited there.
+    tasks = [queued] if "wallClockMs" in budgets else [running, queued]
+    done, _ = await asyncio.wait(tasks, timeout=GENEROUS_S)
+    assert done == set(tasks)
+    for task in tasks:
+        assert not task.cancelled()
+        error = task.exception()
+        assert isinstance(error, SuaveplanError), repr(error)
+        assert error.code in {"SAND_WASM_DISPOSED", "SAND_CANCELLED"}
+    assert queued.exception().code == "SAND_WASM_DISPOSED"  # type: ignore[union-attr]
+    running.cancel()
+
+
+async def test_a_caller_that_cancels_its_own_call_still_sees_its_cancellation(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    # The other side of the mapping above: a task cancelled by its own caller stays cancelled.
+    policy = PermissionPolicy.from_manifest({"name": "guest"}, root=root)
+    sb = await create_wasm_sandbox(wasm_module_path=wat(SPIN_WAT), policy=policy)
+    try:
+        running = asyncio.ensure_future(sb.call("spin"))
+        assert await _until(sb._lock.locked), "the guest never started"
+        queued = asyncio.ensure_future(sb.call("spin"))
+        await asyncio.sleep(0.05)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert not running.done()
+    finally:
+        await sb.dispose()
+    with pytest.raises(SuaveplanError):
+        await asyncio.wait_for(running, GENEROUS_S)

@@ -58,7 +58,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Generic, TypeVar, final
+from typing import Any, Final, Generic, NoReturn, TypeVar, final
 
 import wasmtime
 
@@ -235,6 +235,15 @@ class _CallStart:
         self.deadline: float | None = None
 
 
+def _refuse_dropped(owner: weakref.ref[WasmSandbox]) -> NoReturn:
+    """The coded error for a queued call the sandbox dropped without running it."""
+    sb = owner()
+    if sb is not None:
+        sb._check_alive()  # SAND_WASM_DISPOSED, or SAND_WASM_ENDED with the breach
+        del sb
+    raise SuaveplanError("SAND_WASM_DISPOSED", "the sandbox was disposed")
+
+
 async def _await_guest(
     work: concurrent.futures.Future[_T],
     start: _CallStart,
@@ -249,10 +258,19 @@ async def _await_guest(
     would have been interrupted): the sandbox is ended without it (`WasmSandbox._abandon`)
     and the caller gets the breach now. The thread stays behind until the host code returns;
     it then finds the sandbox ended and unwinds without running more guest code. A call
-    still queued behind another when the sandbox ends or is disposed is refused.
+    still queued behind another when the sandbox ends or is disposed is refused with the
+    sandbox's coded error, never a bare CancelledError (that would read as the caller's own
+    task being cancelled); a caller that cancels its own call still sees its cancellation.
     """
     fut = asyncio.wrap_future(work)
     if wall_ms is None:
+        try:
+            await asyncio.wait((fut,))
+        except asyncio.CancelledError:
+            fut.cancel()  # as `await fut` would: the caller gave up on the outcome
+            raise
+        if work.cancelled():  # a queued call dropped by dispose()
+            _refuse_dropped(owner)
         return await fut
     while True:
         if start.started:
@@ -267,7 +285,7 @@ async def _await_guest(
             raise
         if done or work.done():
             if work.cancelled():  # a queued call dropped by dispose()
-                raise SuaveplanError("SAND_WASM_DISPOSED", "the sandbox was disposed")
+                _refuse_dropped(owner)
             return await fut
         sb = owner()
         if sb is None:  # pragma: no cover — the caller's own frame holds no handle
