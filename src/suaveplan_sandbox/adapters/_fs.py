@@ -15,7 +15,9 @@ have side effects (a writer waiting on a FIFO is released; a terminal opened wit
 `O_NOCTTY` by a session leader becomes the host's controlling terminal, and whoever holds
 its other end can then send the host SIGINT and SIGHUP). Should a rename put such a file in
 place between the look and the open, the open is still non-blocking and `O_NOCTTY`, and the
-`fstat` after it refuses anything but a regular file.
+`fstat` after it refuses anything but a regular file. Nothing on a kernel filesystem
+(`KERNEL_FILESYSTEMS`: procfs, sysfs and the like, mounted or bind-mounted beneath the root)
+is opened or listed: its files describe the host (`proc/<pid>/environ`), not the root.
 
 Writes are atomic: a temp file in the same directory (through the directory fd), `fsync`,
 `rename` over the target, then `fsync` of the directory. A writer killed at any point leaves
@@ -28,7 +30,8 @@ of entries would otherwise be held in host memory whole before any limit could a
 
 A write is at most `max_write_bytes`; with `max_root_bytes`, the files beneath the root are
 also held to a quota, checked before the temp file is written and again just before the
-rename, so a refused write leaves the old file as it was (`_fs_quota`).
+rename, so a refused write leaves the old file as it was; what a shrinking write frees is
+credited only after its rename (`_fs_quota`).
 
 Reads and existence checks that need no I/O are answered on the calling thread; everything
 else runs on a worker thread (`asyncio.to_thread`), because a filesystem call can wait on a
@@ -82,6 +85,7 @@ from suaveplan_sandbox.adapters._openat2 import (
     HOW_PATH,
     HOW_READ,
     HOW_SIZE,
+    KERNEL_FILESYSTEMS,
     NR_OPENAT2,
     PATH_FLAGS,
     READ_FLAGS,
@@ -179,6 +183,17 @@ def _temp_name(name: str) -> str:
     # boundary: a temp file's name shows in listings, which must stay valid UTF-8.
     head = os.fsencode(name)[:_TMP_NAME_BYTES].decode("utf-8", "ignore")
     return f".{head}.{secrets.token_hex(8)}.suaveplan-tmp"
+
+
+def _refuse_kernel_filesystem(fd: int) -> None:
+    """Refuse (closing `fd`) a descriptor on one of the `KERNEL_FILESYSTEMS`."""
+    if filesystem_type(fd) in KERNEL_FILESYSTEMS:
+        os.close(fd)
+        raise SuaveplanError(
+            "SAND_FS_NOT_A_FILE",
+            "not a regular file or directory of the root",
+            {"reason": "kernel-filesystem"},
+        )
 
 
 def _components(path: str) -> list[str]:
@@ -327,9 +342,11 @@ class BeneathRootFs:
         if root < 0:
             _raise("SAND_FS_IO_ERROR", "the adapter is closed")
         try:
-            return self._open_dir_from(root, parts)
+            fd = self._open_dir_from(root, parts)
         finally:
             self._release_root()
+        _refuse_kernel_filesystem(fd)
+        return fd
 
     def _open_dir_from(self, root: int, parts: list[str]) -> int:
         # The walk (or the one openat2) is `_beneath`'s, shared with the WASM preopens.
@@ -360,6 +377,8 @@ class BeneathRootFs:
                 fd = self._open_leaf(dfd, parts[-1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
             finally:
                 os.close(dfd)
+            # A file bind-mounted from procfs or sysfs is a regular file of any size.
+            _refuse_kernel_filesystem(fd)
             try:
                 st = os.fstat(fd)  # what was opened: a rename may have swapped the entry
                 if not stat.S_ISREG(st.st_mode):
@@ -397,13 +416,16 @@ class BeneathRootFs:
             name = parts[-1]
             dfd = self._open_dir(parts[:-1])
             try:
-                replaced = self._charge_of(dfd, name)
-                change = charge(len(data)) - replaced
-                self._reserve(change)
+                # Only growth is reserved before the rename: room a shrinking write will free
+                # is not free until it has, and a write that fails (cancelled, refused) frees
+                # none. Crediting it up front let a concurrent write spend it, and the failed
+                # write's release then took the total past the quota.
+                grown = max(0, charge(len(data)) - self._charge_of(dfd, name))
+                self._reserve(grown)
                 try:
-                    self._replace(dfd, name, data, replaced, ticket)
+                    self._replace(dfd, name, data, grown, ticket)
                 except BaseException:
-                    self._usage.release(change)
+                    self._usage.release(grown)
                     raise
                 os.fsync(dfd)
             finally:
@@ -437,10 +459,10 @@ class BeneathRootFs:
             self._release_root()
 
     def _replace(
-        self, dfd: int, name: str, data: bytes, replaced: int, ticket: _WriteTicket | None
+        self, dfd: int, name: str, data: bytes, reserved: int, ticket: _WriteTicket | None
     ) -> None:
-        """Write `data` to a temp file beside `name` and rename it over `name`, whose charge
-        was `replaced` when the write reserved its change."""
+        """Write `data` to a temp file beside `name` and rename it over `name`; `reserved` is
+        the growth the write has already reserved."""
         tmp = _temp_name(name)
         rename_lock = _RENAME_LOCKS.get(dfd)
         fd = self._open_leaf(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -456,14 +478,19 @@ class BeneathRootFs:
                 if ticket is not None and not ticket.commit():
                     _raise("SAND_CANCELLED", "the write was cancelled")
                 # Under the directory's rename lock no write of this process can change the
-                # entry: what it counts now is what the rename replaces.
-                settled = replaced - self._charge_of(dfd, name)
-                self._reserve(settled)
+                # entry: what it counts now is what the rename replaces. More growth than
+                # reserved is reserved now (and may be refused); less is credited only once
+                # the rename has happened.
+                settled = charge(len(data)) - self._charge_of(dfd, name) - reserved
+                more = max(0, settled)
+                self._reserve(more)
                 try:
                     os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
                 except BaseException:
-                    self._usage.release(settled)
+                    self._usage.release(more)
                     raise
+                if settled < 0:
+                    self._usage.note(settled)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)

@@ -5,18 +5,22 @@ and at least one block: a filesystem spends a block and an inode on a file howev
 charging empty files nothing would let a plugin exhaust the inodes within any quota. The
 total is measured once, by the first write that needs it: a walk from the root fd that opens
 directories with `O_NOFOLLOW` (a link is never followed; it and any other non-regular entry
-are charged nothing), on the write's worker thread. The walk is bounded like a listing:
-a directory of more than `max_list_entries` entries, or more than `MAX_SCAN_ENTRIES` entries
-in all, leaves the total unknown, and every write that needs the quota is then refused
+are charged nothing; a proc, sysfs or other kernel filesystem mounted below the root is
+skipped, as the adapter never reads it), on the write's worker thread. The walk is bounded
+like a listing: a directory of more than `max_list_entries` entries, or more than
+`MAX_SCAN_ENTRIES` entries in all, leaves the total unknown, and every write that needs the
+quota is then refused
 (fail closed; the refusal is remembered, so a huge tree is not walked again on each write).
 
 From then on the total moves by the writes made through any adapter of this process on the
 same root directory (`st_dev`, `st_ino`: one `RootUsage` for all of them, as one rename lock
 per directory, so a restarted sandbox's new adapter and the old one's last writes share a
-total). A write reserves its change (new charge minus the charge of the file it replaces)
-before it writes anything, and settles it under the directory's rename lock, where it looks
-at the file it is about to replace once more; it is refused, and its temp file removed, if
-either would take the total past the quota. A write that shrinks the total is never refused.
+total). A write reserves its growth (new charge minus the charge of the file it replaces,
+if more than nothing) before it writes anything, and settles under the directory's rename
+lock, where it looks at the file it is about to replace once more; it is refused, and its
+temp file removed, if either would take the total past the quota. A write that shrinks the
+total is never refused, and what it frees is credited only after its rename: a write that
+is cancelled or fails never lends room to the writes racing it.
 
 It is an estimate, and documented as one: files written, grown or removed by anyone else
 (the host, a WASI guest's `rw:` preopen, another process) after the walk are not seen until a
@@ -33,6 +37,7 @@ import stat
 import threading
 from typing import Final, final
 
+from suaveplan_sandbox.adapters._openat2 import KERNEL_FILESYSTEMS, filesystem_type
 from suaveplan_sandbox.adapters._per_directory import PerDirectory
 from suaveplan_sandbox.errors import SuaveplanError
 
@@ -125,6 +130,9 @@ def _measure(root_fd: int, max_dir_entries: int) -> int:
                 if exc.errno not in _RACED:
                     raise
                 continue  # removed, or swapped for a file or a link, while we walked
+            if filesystem_type(child) in KERNEL_FILESYSTEMS:
+                os.close(child)  # a proc or sysfs mount: nothing the adapter reads or writes
+                continue
             stack.append((child, []))
             stack[-1] = (child, walk.directory(child))
     finally:

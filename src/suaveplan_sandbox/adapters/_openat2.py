@@ -45,6 +45,35 @@ HOW_READ: Final = ctypes.pointer(OpenHow(READ_FLAGS, 0, CACHED_RESOLVE))
 HOW_PATH: Final = ctypes.pointer(OpenHow(PATH_FLAGS, 0, CACHED_RESOLVE))
 
 
+# `statfs.f_type` of filesystems whose files the kernel makes up about the host, not data kept
+# beneath the root: proc, sysfs, debugfs, tracefs, securityfs, cgroup, cgroup2, bpf, configfs,
+# efivarfs, pstore, devpts, nsfs, fusectl, binfmt_misc, selinuxfs, smackfs, mqueue. Mounted
+# (or bind-mounted) beneath a root, `proc/<pid>/environ` would hand a guest the host's
+# environment; nothing on them is opened or listed.
+KERNEL_FILESYSTEMS: Final = frozenset(
+    {
+        0x9FA0,
+        0x62656572,
+        0x64626720,
+        0x74726163,
+        0x73636673,
+        0x27E0EB,
+        0x63677270,
+        0xCAFE4A11,
+        0x62656570,
+        0xDE5E81E4,
+        0x6165676C,
+        0x1CD1,
+        0x6E736673,
+        0x65735543,
+        0x42494E4D,
+        0xF97CFF8C,
+        0x43415D53,
+        0x19800202,
+    }
+)
+
+
 def _load_libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
