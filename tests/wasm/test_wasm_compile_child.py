@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -27,7 +28,14 @@ from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.permissions import PermissionPolicy
 from suaveplan_sandbox.wasm import CompileLimits, _engine, create_wasm_sandbox
 from suaveplan_sandbox.wasm import _compile_bounds as bounds
-from suaveplan_sandbox.wasm._compile_child import CompileServer, compile_server
+from suaveplan_sandbox.wasm._compile_child import (
+    REAP_CHECK_S,
+    REAP_CHECKS,
+    CompileServer,
+    _reap,
+    compile_server,
+)
+from suaveplan_sandbox.wasm._compile_child_main import EXIT_OUT_OF_MEMORY
 from suaveplan_sandbox.wasm._compile_wire import (
     COMPILE,
     COMPILED,
@@ -549,3 +557,63 @@ async def test_a_cache_hit_never_touches_the_compile_child(root: Path, tmp_path:
     # A miss does start it again.
     assert await _answers(root, tmp_path, 13) == 13
     assert server.starts == seen[0] + 1
+
+
+# -- reaping a child after EOF (no real process, no real time) --------------------------------
+
+
+class _ExitingChild:
+    """A stand-in `Popen`: it ends with `code` once waits have lasted `after` seconds, on a clock
+    only its waits advance. Being killed ends it at once (with `-SIGKILL`) unless `stuck`
+    (a process in uninterruptible sleep). An unbounded wait for a child that may not end
+    fails the test: it would hang the host."""
+
+    def __init__(self, *, after: float, code: int, stuck: bool = False) -> None:
+        self.after, self.code, self.stuck = after, code, stuck
+        self.clock = 0.0
+        self.killed_at: float | None = None
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.waits += 1
+        if self.killed_at is not None and not self.stuck:
+            return -signal.SIGKILL
+        assert timeout is not None, "an unbounded wait for a child that may not end"
+        if self.clock + timeout >= self.after:
+            self.clock = self.after
+            return self.code
+        self.clock += timeout
+        raise subprocess.TimeoutExpired("compile-child", timeout)
+
+    def kill(self) -> None:
+        self.killed_at = self.clock
+
+
+def test_a_child_slow_to_finish_exiting_after_eof_is_reported_by_its_signal() -> None:
+    # Failed before: the host waited one second after EOF, then killed the child and
+    # reported no signal (`compile-child-failed`) for a child the kernel had already ended.
+    child = _ExitingChild(after=3.0, code=-signal.SIGXCPU)
+    assert _reap(child, wait=True) == {"signal": "SIGXCPU"}  # type: ignore[arg-type]
+    assert child.killed_at is None
+    exited = _ExitingChild(after=3.0, code=EXIT_OUT_OF_MEMORY)
+    assert _reap(exited, wait=True) == {"exit": EXIT_OUT_OF_MEMORY}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stuck", [False, True], ids=["killable", "uninterruptible"])
+def test_a_child_that_does_not_end_after_eof_is_killed_and_never_waited_for_unboundedly(
+    stuck: bool,
+) -> None:
+    # Failed before for a child in uninterruptible sleep: after the kill the host waited for
+    # it without a bound.
+    child = _ExitingChild(after=float("inf"), code=0, stuck=stuck)
+    assert _reap(child, wait=True) == {}  # type: ignore[arg-type]
+    assert child.killed_at == pytest.approx(REAP_CHECKS * REAP_CHECK_S)
+    assert child.waits == REAP_CHECKS + 1
+
+
+def test_without_eof_a_running_child_is_killed_at_once() -> None:
+    child = _ExitingChild(after=float("inf"), code=0)
+    assert _reap(child, wait=False) == {}  # type: ignore[arg-type]
+    assert child.killed_at == 0.0
+    ended = _ExitingChild(after=0.0, code=-signal.SIGKILL)
+    assert _reap(ended, wait=False) == {"signal": "SIGKILL"}  # type: ignore[arg-type]

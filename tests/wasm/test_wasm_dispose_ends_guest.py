@@ -1,8 +1,11 @@
-"""`dispose()` ends a guest that never returns when no `wallClockMs` would.
+"""`dispose()` ends a guest that never returns, whatever its budgets.
 
 Without a budget nothing else stops guest code: before, a guest looping in a call kept its
 thread and a core busy for the life of the process after its sandbox was disposed, and kept
-its store's preopened directories. Ordering and generous deadlines, never a timing assert.
+its store's preopened directories. Under `wallClockMs` alone it kept them until that budget
+ended it (minutes, for a generous one). Ordering and generous deadlines, never a timing
+assert: the wall-clock budgets here are ten minutes, so only `dispose()` can end the guest
+within a test's time.
 
 The guest is disposed only once its thread has taken the call (it holds the sandbox's lock
 while the call runs): a call still queued at dispose() is dropped, never run, which is
@@ -19,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from suaveplan_sandbox.errors import SuaveplanError
+from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.wasm import WasmSandbox, create_wasm_sandbox
+from suaveplan_sandbox.wasm import WasmSandbox, _cpu, create_wasm_sandbox
 
 SPIN_WAT = '(module (func (export "spin") (loop (br 0))))'
 # A `_start` that never returns, for `run` (each run instantiates the module afresh).
@@ -56,16 +60,21 @@ async def _until(condition: Callable[[], bool]) -> bool:
         pytest.param({}, id="no-budget"),
         # A whole core allowed: the CPU budget's own tick, not a breach, ends it.
         pytest.param({"cpuPercent": 100}, id="cpu-percent-100"),
+        # Failed before: under wallClockMs alone the guest ran on until the budget ended it.
+        pytest.param({"wallClockMs": 600_000}, id="wall-clock"),
+        pytest.param({"wallClockMs": 600_000, "memoryMb": 16}, id="wall-clock-memory"),
+        pytest.param({"wallClockMs": 600_000, "cpuPercent": 100}, id="wall-clock-cpu"),
     ],
 )
-async def test_dispose_ends_a_guest_that_never_returns_without_a_wall_clock_budget(
+async def test_dispose_ends_a_guest_that_never_returns_whatever_its_budgets(
     root: Path, wat: Callable[[str], Path], how: str, budgets: dict[str, int]
 ) -> None:
     policy = PermissionPolicy.from_manifest(
         {"name": "guest", "permissions": {"budgets": budgets}}, root=root
     )
     text = SPIN_WAT if how == "call" else SPIN_RUN_WAT
-    sb = await create_wasm_sandbox(wasm_module_path=wat(text), policy=policy)
+    metrics = InMemoryMetrics()
+    sb = await create_wasm_sandbox(wasm_module_path=wat(text), policy=policy, metrics=metrics)
     pending = asyncio.ensure_future(sb.call("spin") if how == "call" else sb.run())
     # The guest thread took the call and holds the sandbox while it runs.
     assert await _until(sb._lock.locked), "the guest never started"
@@ -81,6 +90,8 @@ async def test_dispose_ends_a_guest_that_never_returns_without_a_wall_clock_budg
     with pytest.raises(SuaveplanError) as info:
         pending.result()
     assert info.value.code in {"SAND_WASM_DISPOSED", "SAND_CANCELLED"}
+    # Ended by dispose(), not judged a breach of any budget.
+    assert metrics.value("plugin.budget_exceeded_total") == 0
 
 
 @pytest.mark.parametrize(
@@ -88,7 +99,7 @@ async def test_dispose_ends_a_guest_that_never_returns_without_a_wall_clock_budg
     [
         pytest.param({}, id="no-budget"),
         pytest.param({"cpuPercent": 100}, id="cpu-percent-100"),
-        pytest.param({"wallClockMs": 60000}, id="wall-clock"),
+        pytest.param({"wallClockMs": 600_000}, id="wall-clock"),
     ],
 )
 async def test_a_call_still_queued_at_dispose_gets_the_coded_error_not_a_cancellation(
@@ -107,9 +118,8 @@ async def test_a_call_still_queued_at_dispose_gets_the_coded_error_not_a_cancell
     await asyncio.sleep(0.05)
     assert not queued.done()
     await sb.dispose()
-    # Under wallClockMs the running guest is held to that budget, not ended by dispose()
-    # (documented): only the queued call is awaited there.
-    tasks = [queued] if "wallClockMs" in budgets else [running, queued]
+    # The running guest is ended by dispose() too, under wallClockMs as without it.
+    tasks = [running, queued]
     done, _ = await asyncio.wait(tasks, timeout=GENEROUS_S)
     assert done == set(tasks)
     for task in tasks:
@@ -118,7 +128,6 @@ async def test_a_call_still_queued_at_dispose_gets_the_coded_error_not_a_cancell
         assert isinstance(error, SuaveplanError), repr(error)
         assert error.code in {"SAND_WASM_DISPOSED", "SAND_CANCELLED"}
     assert queued.exception().code == "SAND_WASM_DISPOSED"  # type: ignore[union-attr]
-    running.cancel()
 
 
 async def test_a_caller_that_cancels_its_own_call_still_sees_its_cancellation(
@@ -140,3 +149,40 @@ async def test_a_caller_that_cancels_its_own_call_still_sees_its_cancellation(
         await sb.dispose()
     with pytest.raises(SuaveplanError):
         await asyncio.wait_for(running, GENEROUS_S)
+
+
+@pytest.mark.parametrize("how", ["call", "run"])
+@pytest.mark.parametrize("hook", ["epoch-callback", "no-epoch-callback"])
+async def test_a_wall_clock_breach_under_wall_clock_alone_is_unchanged(
+    root: Path,
+    wat: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+    hook: str,
+) -> None:
+    # The tick that now ends a disposed guest under wallClockMs alone also judges the budget;
+    # where wasmtime cannot run it the plain epoch deadline does, as before. Either way the
+    # breach is the same: BUDGET_EXCEEDED wallClockMs, counted once, the guest ended.
+    if hook == "no-epoch-callback":
+        monkeypatch.setattr(_cpu, "_installed_hook_problem", lambda: "the binding is gone")
+    policy = PermissionPolicy.from_manifest(
+        {"name": "guest", "permissions": {"budgets": {"wallClockMs": 100}}}, root=root
+    )
+    metrics = InMemoryMetrics()
+    text = SPIN_WAT if how == "call" else SPIN_RUN_WAT
+    sb = await create_wasm_sandbox(wasm_module_path=wat(text), policy=policy, metrics=metrics)
+    try:
+        assert (sb._ends_on_dispose is None) == (hook == "no-epoch-callback")
+        with pytest.raises(SuaveplanError) as info:
+            await asyncio.wait_for(sb.call("spin") if how == "call" else sb.run(), GENEROUS_S)
+        assert info.value.code == "BUDGET_EXCEEDED"
+        assert info.value.details == {"budget": "wallClockMs", "limit": 100}
+        assert metrics.value("plugin.budget_exceeded_total", budget="wallClockMs") == 1
+        assert sb.state == "ended"
+        with pytest.raises(SuaveplanError) as again:
+            await sb.call("spin")
+        assert again.value.code == "SAND_WASM_ENDED"
+        assert again.value.details == {"budget": "wallClockMs", "limit": 100}
+        assert metrics.value("plugin.budget_exceeded_total") == 1
+    finally:
+        await sb.dispose()

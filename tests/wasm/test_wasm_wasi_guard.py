@@ -154,6 +154,27 @@ async def test_a_sleeping_guest_without_a_wall_clock_budget_wakes_when_disposed(
     assert await _released(threads)
 
 
+async def test_a_sleeping_guest_under_a_wall_clock_budget_wakes_when_disposed(
+    root: Path, wat: Callable[[str], Path]
+) -> None:
+    # Asleep in the host's poll_oneoff, not in guest code: the wake event ends it, under a
+    # wall-clock budget too (ten minutes: only dispose() ends it within the test's time).
+    metrics = InMemoryMetrics()
+    sb = await create_wasm_sandbox(
+        wasm_module_path=wat(GUARD_WAT), policy=policy(root, wallClockMs=600_000), metrics=metrics
+    )
+    sleeping = asyncio.create_task(sb.call("sleep", HOUR_NS))
+    assert await _running(sb)
+    await asyncio.sleep(0.2)
+    assert not sleeping.done()
+    threads = _guest_threads(sb)
+    await sb.dispose()
+    with pytest.raises(SuaveplanError):
+        await asyncio.wait_for(sleeping, timeout=10)
+    assert await _released(threads)
+    assert _budget_count(metrics, "wallClockMs") == 0
+
+
 async def test_a_short_sleep_sleeps_and_reports_its_clock_event(
     root: Path, wat: Callable[[str], Path]
 ) -> None:

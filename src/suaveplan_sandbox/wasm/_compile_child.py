@@ -113,6 +113,18 @@ WALL_SLACK_S: Final = 10.0
 READY_TIMEOUT_S: Final = 30.0
 # Compiles in flight at once, each in a child of its own (see "Why two children").
 MAX_CHILDREN: Final = 2
+# After EOF the child is exiting, but its descriptors close before the kernel reports how it
+# ended, and on a loaded machine that gap passed the one second once allowed (a child killed
+# by a signal was reported as `compile-child-failed`, no signal). `_reap` looks up to
+# REAP_CHECKS times, each wait REAP_CHECK_S long: at least 10 s, more when the host itself is
+# starved (each wait then takes longer), never unbounded. A child still running then closed
+# its end without exiting: it is killed.
+REAP_CHECKS: Final = 200
+REAP_CHECK_S: Final = 0.05
+# How long a killed child may take to be reaped. SIGKILL cannot be caught, but a process in
+# uninterruptible sleep ends only once it leaves it: past this the host stops waiting, and
+# `subprocess` reaps it later (a Popen dropped while still running is polled at the next one).
+KILLED_WAIT_S: Final = 5.0
 
 # Run by the child (`python -I -S -c`): argv[1] is its socket, argv[2] says where the package
 # and wasmtime live, argv[3] is its lifeline. The packages are stand-in modules so that
@@ -363,7 +375,7 @@ class CompileServer:
     def _stop(self, *, wait: bool = False) -> dict[str, WireValue]:
         """Close the socket and end the child; how it ended, if it ended on its own.
 
-        `wait`: the child closed its end (it is exiting), so give it a moment to say how it
+        `wait`: the child closed its end (it is exiting), so give it time (`_reap`) to say how it
         ended before killing it; otherwise it is killed at once. The lifeline is closed last:
         closed first, its SIGIO would be how the child ended.
         """
@@ -381,15 +393,26 @@ class CompileServer:
 
 
 def _reap(proc: subprocess.Popen[bytes] | None, *, wait: bool) -> dict[str, WireValue]:
+    """How `proc` ended, reaping it; `{}` when it had to be killed (or is gone unreaped).
+
+    `wait`: it closed its end, so give it `REAP_CHECKS` waits to finish exiting (see there);
+    otherwise it is killed unless it has already ended. No wait here is unbounded.
+    """
     if proc is None:
         return {}
-    try:
-        code = proc.wait(timeout=1.0 if wait else 0)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            proc.kill()
-        proc.wait()
-        return {}
+    for _ in range(REAP_CHECKS if wait else 1):
+        try:
+            return _how_it_ended(proc.wait(timeout=REAP_CHECK_S if wait else 0))
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=KILLED_WAIT_S)
+    return {}
+
+
+def _how_it_ended(code: int) -> dict[str, WireValue]:
     if code < 0:
         try:
             return {"signal": signal.Signals(-code).name}

@@ -1,5 +1,6 @@
 """`cpuPercent` for WASM guests: thread CPU time sampled on every epoch tick; and the same
-tick ending a guest without budgets once its sandbox is disposed (`DisposeWatcher`).
+tick ending a guest without `cpuPercent` once its sandbox is disposed, which judges
+`wallClockMs` too when that is set (`DisposeWatcher`).
 
 Theory of operation. When a policy sets `cpuPercent`, each store gets a wasmtime epoch
 deadline callback and a deadline of one tick. wasmtime runs the callback on the guest's own
@@ -123,18 +124,38 @@ def epoch_hook_available() -> bool:
 
 
 @final
+class WallWatch:
+    """One guest call's wallClockMs deadline under `DisposeWatcher`; read after it fails.
+
+    `error` is always None (no CPU is judged); it is there so a failure reads it as it reads
+    a `CallWatch`'s."""
+
+    __slots__ = ("wall_deadline", "wall_exceeded")
+    error: Final[SuaveplanError | None] = None
+
+    def __init__(self, wall_deadline: float) -> None:
+        self.wall_deadline = wall_deadline
+        self.wall_exceeded = False
+
+
+@final
 class DisposeWatcher:
-    """The epoch callback of a sandbox with neither `cpuPercent` nor `wallClockMs`: the guest
-    goes on, one tick at a time, until `disposed` is set, then traps at the next tick.
+    """The epoch callback of a sandbox without `cpuPercent`: the guest goes on, one tick at a
+    time, until `disposed` is set, then traps at the next tick. Under `wallClockMs` it also
+    holds `watch`, the call in progress, and traps at the first tick at or past its deadline
+    (`wall_exceeded` says which: a breach, or the end that `dispose()` asked for).
 
     Without it nothing ends guest code that never returns: a store's plain deadline can only
-    trap, and with no budget it is set past any run, while `dispose()` cannot touch a store
-    whose guest runs on another thread. So a disposed sandbox's guest kept its thread, a
-    core and its store's preopened directories for the life of the process. A tick costs one
-    Python call on the guest thread (`TICK_S` apart), a share of a guest's time too small to
-    measure. It holds only the event, never the sandbox."""
+    trap, and with no budget it is set past any run (with `wallClockMs`, at the budget),
+    while `dispose()` cannot touch a store whose guest runs on another thread. So a disposed
+    sandbox's guest kept its thread, a core and its store's preopened directories for the
+    life of the process (until the wall-clock budget ended it, under `wallClockMs`). A tick
+    costs one Python call on the guest thread (`TICK_S` apart; under `wallClockMs`, with one
+    clock read), a share of a guest's time too small to measure. It holds only the event and
+    the call's watch, never the sandbox."""
 
     def __init__(self, disposed: threading.Event) -> None:
+        self.watch: WallWatch | None = None
         self._disposed = disposed
         self._hook = _EpochHook(self._on_tick)
 
@@ -142,7 +163,13 @@ class DisposeWatcher:
         self._hook.install(store)
 
     def _on_tick(self) -> bool:
-        return not self._disposed.is_set()
+        if self._disposed.is_set():
+            return False
+        watch = self.watch
+        if watch is None or time.monotonic() < watch.wall_deadline:
+            return True
+        watch.wall_exceeded = True
+        return False
 
 
 @final

@@ -16,7 +16,9 @@ then closes the gateway as usual. A trap (guest bug) leaves the instance serving
 are checked against the export's parameter types before the guest runs
 (`SAND_INVALID_ARGUMENT`), and no wasmtime exception leaves `call`/`run` untranslated.
 
-`wallClockMs` is an epoch deadline while guest code runs, and a timeout on the wait while
+`wallClockMs` is judged at the epoch ticks while guest code runs (by the epoch callback
+that also ends a disposed sandbox's guest at the first tick after `dispose()`, `_cpu`; a
+plain epoch deadline where wasmtime cannot run the callback), and a timeout on the wait while
 the guest is blocked in a host import that awaits an async adapter: at the call's deadline
 the adapter task is cancelled and the host import ends the guest with `BUDGET_EXCEEDED`.
 Socket I/O times out at the deadline too. A synchronous adapter cannot be interrupted: a
@@ -29,7 +31,8 @@ import calls `gateway.dispatch_sync(...)` on the guest thread — the same admis
 and metrics as `dispatch`, there is no second permission path — and only an async adapter
 is awaited on the event loop (`run_coroutine_threadsafe`). `dispose()` closes the
 gateway (in-flight adapter calls are cancelled and later imports get `CANCELED`), drops the
-store, instance and sockets, and closes the preopen descriptors by dropping the store.
+store, instance and sockets, and closes the preopen descriptors by dropping the store; guest
+code still running ends at the next epoch tick (`_cpu`), its call `SAND_WASM_DISPOSED`.
 
 A module's start function is guest code like any export: it runs on the guest thread under
 the call's budgets (create awaits it there; a run arms its budgets before instantiating), so
@@ -86,6 +89,7 @@ from suaveplan_sandbox.wasm._cpu import (
     CallWatch,
     CpuWatcher,
     DisposeWatcher,
+    WallWatch,
     epoch_hook_available,
 )
 from suaveplan_sandbox.wasm._errno import Errno
@@ -610,18 +614,17 @@ class WasmSandbox:
         # The running guest's exported `memory`, for host imports (saves a lookup per import).
         # Only set while a guest of this store runs: it must never meet another store.
         self._guest_memory: wasmtime.Memory | None = None
-        # Set once the sandbox is disposed: wakes a guest sleeping in `poll_oneoff`, and
-        # ends one running under `cpuPercent` or no budget at the next epoch tick.
+        # Set once the sandbox is disposed (or ended): wakes a guest sleeping in
+        # `poll_oneoff`, and ends one running guest code at the next epoch tick.
         self._wake = threading.Event()
         # cpuPercent: thread CPU time sampled by an epoch callback on the guest thread.
         self._cpu = CpuWatcher(self._wake) if policy.budgets.cpu_percent is not None else None
-        # Neither cpuPercent nor wallClockMs: the epoch tick that ends the guest once the
-        # sandbox is disposed (`DisposeWatcher`). None where wasmtime cannot run it: such a
-        # guest then runs until it returns (docs/security.md, Known gaps).
+        # No cpuPercent: the epoch tick that ends the guest once the sandbox is disposed, and
+        # judges wallClockMs when set (`DisposeWatcher`). None where wasmtime cannot run it:
+        # wallClockMs is then a plain epoch deadline, and a guest runs until that budget
+        # ends it, or without one until it returns (docs/security.md, Known gaps).
         self._ends_on_dispose = (
-            DisposeWatcher(self._wake)
-            if self._cpu is None and policy.budgets.wall_clock_ms is None and epoch_hook_available()
-            else None
+            DisposeWatcher(self._wake) if self._cpu is None and epoch_hook_available() else None
         )
         # The WASI bookkeeping of the long-lived store, and of the store whose guest code
         # runs now (`_wasi_guard`; set while it runs).
@@ -816,7 +819,7 @@ class WasmSandbox:
         out: Callable[[bytes], int | None] | None,
         err: Callable[[bytes], int | None] | None,
         began: _CallStart | None,
-    ) -> tuple[wasmtime.Store, wasmtime.Instance, CallWatch | None, StoreGuard]:
+    ) -> tuple[wasmtime.Store, wasmtime.Instance, CallWatch | WallWatch | None, StoreGuard]:
         """A new store and instance; raises the translated error.
 
         With `began` (a call's start, on the guest thread) the call's budgets are armed
@@ -915,7 +918,7 @@ class WasmSandbox:
             self._check_alive()
             self._store, self._instance, self._guard = store, instance, guard
 
-    def _arm_deadline(self, store: wasmtime.Store) -> CallWatch | None:
+    def _arm_deadline(self, store: wasmtime.Store) -> CallWatch | WallWatch | None:
         wall = self._policy.budgets.wall_clock_ms
         self._import_breach = None
         self._breach_counted = False
@@ -930,8 +933,16 @@ class WasmSandbox:
             store.set_epoch_deadline(1)
             return watch
         self._call_deadline = None if wall is None else time.monotonic() + wall / 1000.0
+        if self._ends_on_dispose is not None:
+            # The callback ends the guest at the first tick after dispose() or, under
+            # wallClockMs, at or past the deadline (never before it); see `_cpu`.
+            deadline = self._call_deadline
+            wall_watch = None if deadline is None else WallWatch(deadline)
+            self._ends_on_dispose.watch = wall_watch
+            store.set_epoch_deadline(1)
+            return wall_watch
         if wall is None:
-            store.set_epoch_deadline(1 if self._ends_on_dispose is not None else _NO_DEADLINE)
+            store.set_epoch_deadline(_NO_DEADLINE)
         else:
             # The ticker's phase is arbitrary: the first tick after arming may come at once, so
             # n ticks can be as little as (n - 1) ticks of time. One tick more makes the trap
@@ -945,6 +956,8 @@ class WasmSandbox:
         self._running_guard = None
         if self._cpu is not None:
             self._cpu.watch = None
+        if self._ends_on_dispose is not None:
+            self._ends_on_dispose.watch = None
 
     def _call_sync(self, export: str, args: tuple[int | float, ...], began: _CallStart) -> Any:
         with self._lock:
@@ -1079,12 +1092,12 @@ class WasmSandbox:
         mem: wasmtime.Memory | None,
         mark: int,
         *,
-        watch: CallWatch | None = None,
+        watch: CallWatch | WallWatch | None = None,
         during: str = "call",
     ) -> SuaveplanError:
         if self._import_breach is not None:
             return self._import_breach  # counted when it was raised
-        if self._wake.is_set():  # ended at a tick after dispose (`_ends_on_dispose`)
+        if self._wake.is_set():  # ended at a tick after dispose (`_cpu`, `_ends_on_dispose`)
             return SuaveplanError("SAND_WASM_DISPOSED", "the sandbox was disposed")
         if watch is not None:
             if watch.error is not None:

@@ -31,8 +31,9 @@ shared linker shadows with Python (`define`):
   its memory, while the host function runs).
 
 All four end a guest that is still running after `dispose()` or its end (`SAND_CANCELLED`,
-so it traps): nothing interrupts guest code without wallClockMs, and its store keeps the
-preopened directories, so a looping guest used to go on opening the host's files.
+so it traps): the epoch tick ends guest code then (`_cpu.DisposeWatcher`), but not where
+wasmtime cannot run the callback, and its store keeps the preopened directories until it
+ends, so a looping guest used to go on opening the host's files.
 
 wasmtime's own functions are reached through a helper instance in the guest's store, made
 at its first shadowed call: WASI host functions read and write the memory the *calling*
@@ -221,8 +222,9 @@ def define(linker: wasmtime.Linker, current: Callable[[], WasmSandbox]) -> None:
     wasi_linker, helper_module = _wasi_only(linker.engine)
 
     def running(sb: WasmSandbox) -> StoreGuard:
-        # A guest still running after dispose() or its end (no wallClockMs interrupts guest
-        # code) still has its store's preopens: its next shadowed call ends it instead.
+        # A guest still running after dispose() or its end (before the next epoch tick, or
+        # where wasmtime cannot run the callback) still has its store's preopens: its next
+        # shadowed call ends it at once.
         if sb._disposed or sb._ended is not None:
             raise SuaveplanError("SAND_CANCELLED", "the sandbox was disposed or ended")
         guard = sb._running_guard
