@@ -15,7 +15,6 @@ count of every guest thread of the process (another test's may end meanwhile).""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +23,9 @@ import pytest
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.wasm import WasmSandbox, _cpu, create_wasm_sandbox
+from suaveplan_sandbox.wasm import _cpu, create_wasm_sandbox
+from wasm._guest_thread import guest_threads
+from wasm._guest_thread import running as guest_running
 
 SPIN_WAT = '(module (func (export "spin") (loop (br 0))))'
 # A `_start` that never returns, for `run` (each run instantiates the module afresh).
@@ -35,12 +36,6 @@ SPIN_RUN_WAT = """
   (func $start (export "_start") (loop (br 0))))
 """
 GENEROUS_S = 30.0
-
-
-def _guest_threads(sb: WasmSandbox) -> list[threading.Thread]:
-    # The executor thread this sandbox runs its guest on (not the process-wide epoch ticker).
-    executor = sb._executor
-    return [] if executor is None else list(executor._threads)
 
 
 async def _until(condition: Callable[[], bool]) -> bool:
@@ -77,8 +72,8 @@ async def test_dispose_ends_a_guest_that_never_returns_whatever_its_budgets(
     sb = await create_wasm_sandbox(wasm_module_path=wat(text), policy=policy, metrics=metrics)
     pending = asyncio.ensure_future(sb.call("spin") if how == "call" else sb.run())
     # The guest thread took the call and holds the sandbox while it runs.
-    assert await _until(sb._lock.locked), "the guest never started"
-    threads = _guest_threads(sb)
+    assert await guest_running(sb), "the guest never started"
+    threads = guest_threads(sb)
     assert threads
     await asyncio.sleep(0.05)
     assert not pending.done()
@@ -113,7 +108,7 @@ async def test_a_call_still_queued_at_dispose_gets_the_coded_error_not_a_cancell
     )
     sb = await create_wasm_sandbox(wasm_module_path=wat(SPIN_WAT), policy=policy)
     running = asyncio.ensure_future(sb.call("spin"))
-    assert await _until(sb._lock.locked), "the guest never started"
+    assert await guest_running(sb), "the guest never started"
     queued = asyncio.ensure_future(sb.call("spin"))  # behind the running one, on one thread
     await asyncio.sleep(0.05)
     assert not queued.done()
@@ -138,7 +133,7 @@ async def test_a_caller_that_cancels_its_own_call_still_sees_its_cancellation(
     sb = await create_wasm_sandbox(wasm_module_path=wat(SPIN_WAT), policy=policy)
     try:
         running = asyncio.ensure_future(sb.call("spin"))
-        assert await _until(sb._lock.locked), "the guest never started"
+        assert await guest_running(sb), "the guest never started"
         queued = asyncio.ensure_future(sb.call("spin"))
         await asyncio.sleep(0.05)
         queued.cancel()

@@ -36,7 +36,6 @@ import asyncio
 import json
 import math
 import os
-import threading
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
@@ -56,6 +55,7 @@ from suaveplan_sandbox.wasm import Errno, WasmSandbox, create_wasm_sandbox
 from suaveplan_sandbox.wasm._imports import MAX_INPUT
 from suaveplan_sandbox.wasm._sandbox import MAX_DENIALS
 from suaveplan_sandbox.wasm._wasi_guard import MAX_OPEN_FILES
+from wasm._guest_thread import guest_threads, released, running
 
 WASI: Final = "wasi_snapshot_preview1"
 WASI_PERM: Final = 63
@@ -173,28 +173,6 @@ def host() -> Iterator[_Host]:
     made.fetch.close()
 
 
-def _guest_threads(sb: WasmSandbox) -> list[threading.Thread]:
-    executor = sb._executor
-    return [] if executor is None else list(executor._threads)
-
-
-async def _released(threads: list[threading.Thread]) -> bool:
-    for thread in threads:
-        await asyncio.to_thread(thread.join, 10)
-    return not any(t.is_alive() for t in threads)
-
-
-async def _running(sb: WasmSandbox) -> bool:
-    """Whether the guest thread took the call: it holds the sandbox's lock while a call runs.
-    A call still queued when dispose() comes is dropped, never run: another route than a
-    running guest's, which the tests below dispose."""
-    for _ in range(3000):  # a liveness guard, not a timing assertion
-        if sb._lock.locked():
-            return True
-        await asyncio.sleep(0.01)
-    return False
-
-
 # -- found: path_open's fd_out ----------------------------------------------------------------
 
 OPEN_WAT: Final = f"""
@@ -281,14 +259,14 @@ async def test_a_guest_running_on_after_dispose_opens_no_more_files(
         wasm_module_path=wat(BUSY_OPEN_WAT), policy=_fs_policy(root, "uploads/*")
     )
     busy = asyncio.create_task(sb.call("open_until_refused", 50_000_000))
-    assert await _running(sb)
+    assert await running(sb)
     await asyncio.sleep(0.2)
     assert not busy.done()
-    threads = _guest_threads(sb)
+    threads = guest_threads(sb)
     await sb.dispose()
     with pytest.raises(SuaveplanError):
         await asyncio.wait_for(busy, timeout=60)  # was: opening files for minutes more
-    assert await _released(threads)
+    assert await released(threads)
 
 
 # -- found: the longest clock polls -------------------------------------------------------------
@@ -319,16 +297,16 @@ async def test_the_longest_clock_poll_sleeps_until_the_sandbox_is_disposed(
 ) -> None:
     sb = await create_wasm_sandbox(wasm_module_path=wat(SLEEP_WAT), policy=_fs_policy(root))
     sleeping = asyncio.create_task(sb.call("sleep", clock, -1, flags))  # 2**64 - 1 ns
-    assert await _running(sb)
+    assert await running(sb)
     await asyncio.sleep(0.3)
     # It used to end the guest at once (`SAND_WASM_TRAP`, an OverflowError from the wait).
     assert not sleeping.done()
     assert sb.state == "ready"
-    threads = _guest_threads(sb)
+    threads = guest_threads(sb)
     await sb.dispose()
     with pytest.raises(SuaveplanError):
         await asyncio.wait_for(sleeping, timeout=10)
-    assert await _released(threads)
+    assert await released(threads)
 
 
 @pytest.mark.parametrize(("clock", "flags"), LONGEST)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +14,9 @@ from _descriptors import descriptors_under
 from suaveplan_sandbox.errors import SuaveplanError
 from suaveplan_sandbox.metrics import InMemoryMetrics
 from suaveplan_sandbox.permissions import PermissionPolicy
-from suaveplan_sandbox.wasm import Errno, WasmSandbox, create_wasm_sandbox
+from suaveplan_sandbox.wasm import Errno, create_wasm_sandbox
 from suaveplan_sandbox.wasm._wasi_guard import MAX_OPEN_FILES, MAX_POLL_SUBSCRIPTIONS
+from wasm._guest_thread import guest_threads, released, running
 
 HOUR_NS: Final = 3600 * 10**9
 EVENTTYPE_CLOCK, EVENTTYPE_FD_WRITE = 0, 2
@@ -98,28 +98,6 @@ def _budget_count(metrics: InMemoryMetrics, budget: str) -> float:
     return metrics.value("plugin.budget_exceeded_total", plugin="guest", budget=budget)
 
 
-def _guest_threads(sb: WasmSandbox) -> list[threading.Thread]:
-    executor = sb._executor
-    return [] if executor is None else list(executor._threads)
-
-
-async def _released(threads: list[threading.Thread]) -> bool:
-    for thread in threads:
-        await asyncio.to_thread(thread.join, 10)
-    return not any(t.is_alive() for t in threads)
-
-
-async def _running(sb: WasmSandbox) -> bool:
-    """Whether the guest thread took the call: it holds the sandbox's lock while a call runs.
-    A call still queued when dispose() comes is dropped, never run: another route than a
-    running guest's, which the tests below dispose."""
-    for _ in range(3000):  # a liveness guard, not a timing assertion
-        if sb._lock.locked():
-            return True
-        await asyncio.sleep(0.01)
-    return False
-
-
 async def test_a_guest_sleeping_past_its_wall_clock_budget_is_ended_and_lets_go_of_its_thread(
     root: Path, wat: Callable[[str], Path]
 ) -> None:
@@ -133,10 +111,10 @@ async def test_a_guest_sleeping_past_its_wall_clock_budget_is_ended_and_lets_go_
     assert info.value.details == {"budget": "wallClockMs", "limit": 100}
     assert _budget_count(metrics, "wallClockMs") == 1
     assert sb.state == "ended"
-    threads = _guest_threads(sb)
+    threads = guest_threads(sb)
     await sb.dispose()
     # The thread (and with it the store) is not left sleeping for the hour the guest asked.
-    assert await _released(threads)
+    assert await released(threads)
 
 
 async def test_a_sleeping_guest_without_a_wall_clock_budget_wakes_when_disposed(
@@ -144,14 +122,14 @@ async def test_a_sleeping_guest_without_a_wall_clock_budget_wakes_when_disposed(
 ) -> None:
     sb = await create_wasm_sandbox(wasm_module_path=wat(GUARD_WAT), policy=policy(root))
     sleeping = asyncio.create_task(sb.call("sleep", HOUR_NS))
-    assert await _running(sb)
+    assert await running(sb)
     await asyncio.sleep(0.2)
     assert not sleeping.done()
-    threads = _guest_threads(sb)
+    threads = guest_threads(sb)
     await sb.dispose()
     with pytest.raises(SuaveplanError):
         await asyncio.wait_for(sleeping, timeout=10)
-    assert await _released(threads)
+    assert await released(threads)
 
 
 async def test_a_sleeping_guest_under_a_wall_clock_budget_wakes_when_disposed(
@@ -164,14 +142,14 @@ async def test_a_sleeping_guest_under_a_wall_clock_budget_wakes_when_disposed(
         wasm_module_path=wat(GUARD_WAT), policy=policy(root, wallClockMs=600_000), metrics=metrics
     )
     sleeping = asyncio.create_task(sb.call("sleep", HOUR_NS))
-    assert await _running(sb)
+    assert await running(sb)
     await asyncio.sleep(0.2)
     assert not sleeping.done()
-    threads = _guest_threads(sb)
+    threads = guest_threads(sb)
     await sb.dispose()
     with pytest.raises(SuaveplanError):
         await asyncio.wait_for(sleeping, timeout=10)
-    assert await _released(threads)
+    assert await released(threads)
     assert _budget_count(metrics, "wallClockMs") == 0
 
 
