@@ -39,11 +39,13 @@ import subprocess
 import sys
 import threading
 import unicodedata
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from adapters.test_fs_quota import _fs as _open
+from adapters.test_fs_quota import opened as opened_fixture
+from adapters.test_fs_quota import root as root_fixture
 from suaveplan_sandbox.adapters._fs import BeneathRootFs, _WriteTicket
 from suaveplan_sandbox.adapters._fs_quota import charge
 from suaveplan_sandbox.errors import SuaveplanError
@@ -53,25 +55,8 @@ BLOCK = 4096
 MODES = [pytest.param(None, id="openat2"), pytest.param(False, id="per-component")]
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    folder = tmp_path / "root"
-    (folder / "data").mkdir(parents=True)
-    return folder
-
-
-@pytest.fixture
-def opened() -> Iterator[list[BeneathRootFs]]:
-    adapters: list[BeneathRootFs] = []
-    yield adapters
-    for fs in adapters:
-        fs.close()
-
-
-def _open(opened: list[BeneathRootFs], root: Path, **kwargs: object) -> BeneathRootFs:
-    fs = BeneathRootFs(root, **kwargs)  # type: ignore[arg-type]
-    opened.append(fs)
-    return fs
+# The quota tests' root (with an empty `data/`), and their adapters closed after each test.
+root, opened = root_fixture, opened_fixture
 
 
 async def _error(coro: object) -> SuaveplanError:
