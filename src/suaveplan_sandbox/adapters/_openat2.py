@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final
 
 SYS_OPENAT2: Final = 437
@@ -46,32 +48,32 @@ HOW_PATH: Final = ctypes.pointer(OpenHow(PATH_FLAGS, 0, CACHED_RESOLVE))
 
 
 # `statfs.f_type` of filesystems whose files the kernel makes up about the host, not data kept
-# beneath the root: proc, sysfs, debugfs, tracefs, securityfs, cgroup, cgroup2, bpf, configfs,
-# efivarfs, pstore, devpts, nsfs, fusectl, binfmt_misc, selinuxfs, smackfs, mqueue. Mounted
-# (or bind-mounted) beneath a root, `proc/<pid>/environ` would hand a guest the host's
-# environment; nothing on them is opened or listed.
-KERNEL_FILESYSTEMS: Final = frozenset(
+# beneath the root, by the type name /proc/self/mountinfo gives them. Mounted (or bind-mounted)
+# beneath a root, `proc/<pid>/environ` would hand a guest the host's environment; nothing on
+# them is opened or listed, and no WASI preopen is on or holds one (`wasm/_mounts.py`).
+KERNEL_FILESYSTEM_TYPES: Final[Mapping[str, int]] = MappingProxyType(
     {
-        0x9FA0,
-        0x62656572,
-        0x64626720,
-        0x74726163,
-        0x73636673,
-        0x27E0EB,
-        0x63677270,
-        0xCAFE4A11,
-        0x62656570,
-        0xDE5E81E4,
-        0x6165676C,
-        0x1CD1,
-        0x6E736673,
-        0x65735543,
-        0x42494E4D,
-        0xF97CFF8C,
-        0x43415D53,
-        0x19800202,
+        "proc": 0x9FA0,
+        "sysfs": 0x62656572,
+        "debugfs": 0x64626720,
+        "tracefs": 0x74726163,
+        "securityfs": 0x73636673,
+        "cgroup": 0x27E0EB,
+        "cgroup2": 0x63677270,
+        "bpf": 0xCAFE4A11,
+        "configfs": 0x62656570,
+        "efivarfs": 0xDE5E81E4,
+        "pstore": 0x6165676C,
+        "devpts": 0x1CD1,
+        "nsfs": 0x6E736673,
+        "fusectl": 0x65735543,
+        "binfmt_misc": 0x42494E4D,
+        "selinuxfs": 0xF97CFF8C,
+        "smackfs": 0x43415D53,
+        "mqueue": 0x19800202,
     }
 )
+KERNEL_FILESYSTEMS: Final = frozenset(KERNEL_FILESYSTEM_TYPES.values())
 
 
 def _load_libc() -> ctypes.CDLL | None:

@@ -60,7 +60,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final, Generic, NoReturn, TypeVar, final
 
 import wasmtime
@@ -71,6 +71,11 @@ from suaveplan_sandbox._create_arguments import (
     check_path_argument,
 )
 from suaveplan_sandbox.adapters._beneath import open_directory, openat2_available
+from suaveplan_sandbox.adapters._openat2 import (
+    KERNEL_FILESYSTEM_TYPES,
+    KERNEL_FILESYSTEMS,
+    filesystem_type,
+)
 from suaveplan_sandbox.adapters._protocols import Adapters, AuditRecord, AuditSink
 from suaveplan_sandbox.errors import SuaveplanError, WireValue
 from suaveplan_sandbox.gateway import Gateway
@@ -83,7 +88,7 @@ from suaveplan_sandbox.permissions import (
     PermissionPolicy,
 )
 from suaveplan_sandbox.permissions._clock import Clock
-from suaveplan_sandbox.wasm import _engine
+from suaveplan_sandbox.wasm import _engine, _mounts
 from suaveplan_sandbox.wasm._compile_bounds import DEFAULT_COMPILE_LIMITS, CompileLimits
 from suaveplan_sandbox.wasm._cpu import (
     CallWatch,
@@ -452,7 +457,62 @@ def open_preopens(preopens: Sequence[PreopenSpec]) -> list[int]:
             "a preopen directory could not be opened without following a symlink",
             {"capability": "fs"},
         ) from exc
+    try:
+        refuse_kernel_filesystems(preopens, fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
     return fds
+
+
+_KERNEL_NAMES: Final = {magic: name for name, magic in KERNEL_FILESYSTEM_TYPES.items()}
+
+
+def refuse_kernel_filesystems(preopens: Sequence[PreopenSpec], fds: Sequence[int]) -> None:
+    """Refuse a preopen on a kernel filesystem, or holding a mount of one.
+
+    wasmtime resolves the guest's paths beneath the descriptor itself, crossing mount points,
+    so what the fs adapter refuses per request (`KERNEL_FILESYSTEMS`: procfs, sysfs, ...)
+    must be kept out of the preopen as a whole: its directory's own filesystem (fstatfs on
+    the held descriptor), then every mount at or beneath its real path in
+    `/proc/self/mountinfo`, read once for all of them (`_mounts`). Refused with
+    `SAND_WASM_PREOPEN_DENIED`, `details.reason="kernel-filesystem"`; a mount table that
+    cannot be read or parsed fails closed (`"mounts-unreadable"`). The host's mounts, not a
+    plugin's request: no metric.
+    """
+    for spec, fd in zip(preopens, fds, strict=True):
+        magic = filesystem_type(fd)
+        if magic in KERNEL_FILESYSTEMS:
+            _refuse_kernel_filesystem(spec, _KERNEL_NAMES[magic])
+    data = _mounts.read_mountinfo()
+    try:
+        if data is None:
+            raise ValueError("unreadable")
+        mounts = _mounts.kernel_mounts(data)
+    except ValueError:
+        raise SuaveplanError(
+            "SAND_WASM_PREOPEN_DENIED",
+            "the mount table (/proc/self/mountinfo) could not be read to vet the preopens",
+            {"capability": "fs", "reason": "mounts-unreadable"},
+        ) from None
+    for spec in preopens:
+        found = _mounts.kernel_mount_beneath(PurePosixPath(spec.host), mounts)
+        if found is not None:
+            _refuse_kernel_filesystem(spec, found[1])
+
+
+def _refuse_kernel_filesystem(spec: PreopenSpec, fstype: str) -> NoReturn:
+    raise SuaveplanError(
+        "SAND_WASM_PREOPEN_DENIED",
+        "a preopen directory is on, or holds a mount of, a kernel filesystem",
+        {
+            "capability": "fs",
+            "reason": "kernel-filesystem",
+            "guest_path": spec.guest,
+            "filesystem": fstype,
+        },
+    )
 
 
 @final
