@@ -5,7 +5,8 @@ resolver). *Every* answer must be a public address unless the matched rule is th
 or the host opted in with `allow_private=True`: an answer set that mixes public and private
 addresses is refused whole, because that is what a rebinding or split-horizon attack looks
 like, and dialling "only the good ones" would still let an attacker who controls the zone
-steer which one is tried. The vetted addresses are then dialled in the resolver's order,
+steer which one is tried. A set of more than `MAX_ADDRESSES` distinct answers is refused too:
+vetting is on the shared event loop. The vetted addresses are then dialled in the resolver's order,
 falling back to the next one only when a connection cannot be established (nothing was sent);
 DNS is never asked again (no rebinding).
 
@@ -14,15 +15,16 @@ it dials nothing but the addresses vetted for the request running in the calling
 fails closed otherwise. The pool is keyed by the real hostname, so TLS SNI and certificate
 checks are the hostname's and a connection verified for one name is never reused for another
 that happens to share its address. There is no cookie jar, no proxy, no `.netrc`, no
-environment: the only headers sent are `Host`, the plugin's, `Accept`, `Accept-Encoding:
-identity` and `User-Agent` unless the plugin set those, `Content-Length`, and a Basic
-`Authorization` for credentials in the URL. Headers that frame the message or manage the
-connection (`Host`, `Content-Length`, `Transfer-Encoding`, `Connection`, ...) belong to the
-host: a plugin that sets one, or a header that is not a token with a printable-ASCII value,
-is refused before any lookup. Bodies are never decompressed; the byte limit is on the bytes
-delivered to the plugin. A response header holding a control character (C0 but tab, DEL,
-or a byte 0x80-0x9F, which the plugin's one-character-per-byte view would make a C1
-control) fails the request whole: dropping or rewriting it would change the response.
+environment (not even `SSLKEYLOGFILE`): the only headers sent are `Host`, the plugin's,
+`Accept`, `Accept-Encoding: identity` and `User-Agent` unless the plugin set those,
+`Content-Length`, and a Basic `Authorization` for credentials in the URL. Headers that frame
+the message or manage the connection (`Host`, `Content-Length`, `Transfer-Encoding`,
+`Connection`, ...) belong to the host: a plugin that sets one, or a header that is not a
+token with a printable-ASCII value, is refused before any lookup. Bodies are never
+decompressed; the byte limit is on the bytes delivered to the plugin. A response header
+holding a control character (C0 but tab, DEL, or a byte 0x80-0x9F, which the plugin's
+one-character-per-byte view would make a C1 control) fails the request whole: dropping or
+rewriting it would change the response.
 
 What a response makes the host read and parse is bounded too, not only its body: every read
 goes through `_MeteredStream`, which charges the bytes to the response being read in the
@@ -38,7 +40,7 @@ adapter can be another plugin's.
 Redirects are off by default; when on, each hop is re-checked with `recheck` and re-vetted,
 the target is joined WHATWG-style, and `Authorization`, `Cookie` and `Proxy-Authorization`
 are dropped when the origin changes. Response body size, header count and total time are
-limited; `connect` has the same total deadline across all vetted addresses.
+limited; `connect` has the same total deadline for its lookup and all vetted addresses.
 
 The default resolver's `getaddrinfo` and `connect`'s blocking dials run on the adapter's own
 small thread pool (`network_threads`), never on the event loop's default executor: a plugin
@@ -144,6 +146,10 @@ def _rule_host(rule: str) -> str | None:
 
 
 DEFAULT_NETWORK_THREADS: Final = 4
+# Distinct addresses a name may resolve to. One 64 KiB DNS answer holds ~6,000: more than a
+# real name has, and each is vetted on the event loop every sandbox shares. A larger set is
+# refused whole (like a mixed one), never cut to its first entries.
+MAX_ADDRESSES: Final = 64
 
 
 def _lookup(host: str, port: int) -> list[str]:
@@ -153,6 +159,24 @@ def _lookup(host: str, port: int) -> list[str]:
 
 def _refused() -> SuaveplanError:
     return SuaveplanError("SAND_FETCH_ADDRESS_REFUSED", "the host resolved to a refused address")
+
+
+def _too_many_addresses() -> SuaveplanError:
+    return SuaveplanError(
+        "SAND_FETCH_ADDRESS_REFUSED",
+        "the host resolved to too many addresses",
+        {"reason": "too-many-addresses"},
+    )
+
+
+def _tls_context(verify: bool | ssl.SSLContext) -> ssl.SSLContext:
+    """httpx's trust store (certifi) without its environment (SSL_CERT_FILE/DIR), and without
+    the `SSLKEYLOGFILE` key log that `ssl.create_default_context` picks up from it: plugin
+    traffic's session keys are never written anywhere. A context the host passes is its own."""
+    context = httpx.create_ssl_context(verify=verify, trust_env=False)
+    if not isinstance(verify, ssl.SSLContext):
+        context.keylog_filename = None  # type: ignore[assignment]
+    return context
 
 
 # RFC 9110 token (header names, methods) and a field value we are willing to send:
@@ -454,8 +478,7 @@ class HttpxFetch:
         self._max_redirects = max_redirects
         self._recheck = recheck
         self._pool = httpcore.AsyncConnectionPool(
-            # httpx's trust store (certifi) without its environment (SSL_CERT_FILE/DIR).
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            ssl_context=_tls_context(verify),
             max_connections=100,
             max_keepalive_connections=20,
             keepalive_expiry=5.0,
@@ -511,14 +534,17 @@ class HttpxFetch:
             raise SuaveplanError(
                 "SAND_FETCH_FAILED", "the host did not resolve", cause=exc
             ) from None
-        addresses: list[IpAddress] = []
+        # A dict, not a list scan: de-duplicating thousands of answers by `in` on a list was
+        # quadratic, seconds on the shared event loop for one answer a zone's owner chose.
+        addresses: dict[IpAddress, None] = {}
         for answer in answers:
             try:
                 parsed = ipaddress.ip_address(answer)
             except ValueError:
                 raise _refused() from None  # a resolver answer that is not an address
-            if parsed not in addresses:
-                addresses.append(parsed)
+            addresses[parsed] = None
+            if len(addresses) > MAX_ADDRESSES:
+                raise _too_many_addresses()
         if not addresses:
             raise SuaveplanError("SAND_FETCH_FAILED", "the host did not resolve")
         if not self._allow_private and any(address_refused(a) for a in addresses):
@@ -676,10 +702,14 @@ class HttpxFetch:
             raise SuaveplanError("SAND_FETCH_FAILED", "the host is not a valid host name")
         if not _valid_port(port):  # as `check_host` refuses it: never resolved, never dialled
             raise SuaveplanError("SAND_FETCH_FAILED", "the port is not 1..65535")
-        addresses = await self.vet(name, port, rule)
-        # One deadline across every address: a name answering with many addresses that
-        # swallow SYNs must not hold a thread for `timeout` times each of them.
+        # One deadline for the lookup and every address: a zone that does not answer must
+        # not hold the call past `timeout`, nor a name answering with many addresses that
+        # swallow SYNs hold a thread for `timeout` times each of them.
         deadline = time.monotonic() + self._timeout
+        try:
+            addresses = await asyncio.wait_for(self.vet(name, port, rule), self._timeout)
+        except TimeoutError:
+            raise SuaveplanError("SAND_FETCH_TIMEOUT", "the lookup timed out") from None
 
         def dial() -> socket.socket:
             last: OSError = TimeoutError("the connection timed out")
