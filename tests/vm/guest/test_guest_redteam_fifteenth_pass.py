@@ -30,7 +30,8 @@ No real escape was found in this pass. Probed, and pinned below as contained:
   `type(arg)` (the real `type` for a class argument) in its key, and a dict lookup compares
   keys element by element with the plugin's `__eq__`; but a comparison needs equal 64-bit
   hashes of whole keys that contain the real `type` and the cache's private marker, which
-  the plugin cannot compute, and no key is ever handed out.
+  the plugin cannot compute, and no key is ever handed out. (The sixteenth pass computed both
+  and got the real `type`: the guest's `lru_cache` now refuses `typed=True`.)
 * `functools.total_ordering`'s generated methods compute `type(self)` of the plugin's
   own instances only (the plugin cannot fetch them off the class: dunder names).
 """
@@ -198,7 +199,6 @@ async def test_indirect_and_class_methods_stay_on_the_plugins_values(tmp_path: P
     ("name", "expected"),
     [
         ("generic_alias_as_self", "TypeError GenericAlias expected 2 arguments, got 1"),
-        ("typed_cache_of_classes", [2, []]),
         ("total_ordering_methods", [True, True]),
     ],
 )
@@ -207,3 +207,11 @@ async def test_unusual_self_and_keys_stay_contained(
 ) -> None:
     async with await create_plugin(tmp_path, ROUTES, name="redteam15") as sb:
         assert await sb.call(name) == expected
+
+
+async def test_a_typed_cache_is_refused(tmp_path: Path) -> None:
+    # See test_guest_redteam_sixteenth_pass.py: typed keys were reachable after all.
+    async with await create_plugin(tmp_path, ROUTES, name="redteam15") as sb:
+        with pytest.raises(Exception) as info:
+            await sb.call("typed_cache_of_classes")
+        assert getattr(info.value, "code", None) == "SAND_VM_INDIRECT_EVAL_REJECTED"

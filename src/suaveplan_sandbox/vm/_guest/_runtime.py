@@ -115,6 +115,9 @@ _DANGEROUS_TYPES: Final = frozenset(
         types.CellType,
         types.BuiltinFunctionType,
         types.MappingProxyType,
+        # A cache's own class builds a cache from its four arguments, `typed` included (see
+        # `_g_lru_cache`).
+        _b.type(functools.lru_cache()(abs)),
     }
 )
 _SAFE_BUILTINS: Final = (
@@ -499,8 +502,34 @@ def install_protocol_guard() -> None:
     _PROTOCOL_GUARD_INSTALLED = True
 
 
+def _g_lru_cache(maxsize: Any = 128, typed: object = False) -> object:
+    """`functools.lru_cache` without `typed=True`.
+
+    A typed cache's key holds each argument's real class after the arguments, so for a class
+    argument the real `type`; with keyword arguments it also holds the module's private
+    marker, which shifts what lines up. When two keys of a dict hash alike, Python compares
+    them element by element: `f(C, a, b)` and `f(q, k=x)` line `type` up with the plugin's
+    `x`, whose `__eq__` got it. The plugin can compute both hashes: `hash(type)` from
+    `hash(typing.Literal[C])` (a frozenset of `(C, type)`), the marker's (its address) by
+    trying addresses near `id(functools.reduce)`, one cached call each, under a second; the
+    unguarded `type()` builds a class from any namespace. Keys without `typed` hold no class,
+    and typing's own typed caches are never called with keyword arguments, so their classes
+    meet only classes (compared by identity: no metaclass the guest reaches defines
+    `__eq__`). `typed` is read once, as a `bool`: a `__bool__` answering twice could differ."""
+    if bool(typed):
+        raise SuaveplanError(
+            "SAND_VM_INDIRECT_EVAL_REJECTED",
+            "functools.lru_cache(typed=True) is not available: its keys hold real classes",
+        )
+    return functools.lru_cache(maxsize, False)
+
+
 _GUARDED_MEMBERS: Final[dict[str, dict[str, object]]] = {
-    "functools": {"update_wrapper": _g_update_wrapper, "wraps": _g_wraps},
+    "functools": {
+        "update_wrapper": _g_update_wrapper,
+        "wraps": _g_wraps,
+        "lru_cache": _g_lru_cache,
+    },
     "dataclasses": {
         "dataclass": _g_dataclass,
         "fields": guarded_fields,
