@@ -42,7 +42,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _redteam_support import create_plugin, outcome
+from _redteam_support import create_plugin, create_plugin_without_the_layer, outcome
 
 REFUSED = "SAND_VM_INDIRECT_EVAL_REJECTED"
 
@@ -432,20 +432,9 @@ def sweep():
 async def test_every_class_computing_function_is_guarded_or_reviewed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # With the layer off (the escape corpus's private switch): the walk reads code objects.
-    from suaveplan_sandbox.permissions import PermissionPolicy
-    from suaveplan_sandbox.vm import _sandbox as vm_sandbox_module
-    from suaveplan_sandbox.vm import create_vm_sandbox
-    from suaveplan_sandbox.vm._guest import PluginBundle, load_plugin
-
-    def unchecked(path: str | Path) -> PluginBundle:
-        return load_plugin(path, _without_interpreter_layer=True)
-
-    monkeypatch.setattr(vm_sandbox_module, "load_plugin", unchecked)
-    (tmp_path / "plugin.py").write_text(SWEEP)
-    policy = PermissionPolicy.from_manifest({"name": "sweep16"}, root=tmp_path)
-    async with await create_vm_sandbox(
-        plugin_module_path=tmp_path / "plugin.py", policy=policy
+    # With the layer off: the walk reads code objects.
+    async with await create_plugin_without_the_layer(
+        tmp_path, monkeypatch, SWEEP, name="sweep16"
     ) as sb:
         result = await sb.call("sweep")
     assert isinstance(result, list)
